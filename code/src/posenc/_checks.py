@@ -1,0 +1,47 @@
+"""Argument checks shared by posenc's public functions.
+
+Every public entry point validates its inputs here, so that a user error raises a
+``TypeError`` or ``ValueError`` that names the argument and the value it received,
+instead of a silent wrong answer or a cryptic error from deep inside torch.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import Tensor
+
+
+def check_tensor(name: str, value: object, *, ndim: int | None = None, floating: bool = False) -> Tensor:
+    """Return ``value`` if it is a tensor of the required rank and kind, else raise."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(value).__name__}")
+    if ndim is not None and value.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(value.shape)}")
+    if floating and not value.is_floating_point():
+        raise TypeError(f"{name} must have a floating-point dtype, got {value.dtype}")
+    return value
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
+    """Return ``value`` as an ``int`` if it is an integer (not a bool) >= ``minimum``, else raise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Return ``value`` if it is a bool, else raise (so that ``causal="no"`` is not read as True)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def float_dtype(name: str, dtype: object) -> torch.dtype:
+    """Return ``dtype`` if it is a floating-point torch dtype, else raise."""
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
+    return dtype
