@@ -1,0 +1,49 @@
+"""nbval, as make test runs it, really compares stored outputs: it fails on a wrong one.
+
+Each case runs nbval in strict mode (--nbval, never --nbval-lax) on a fixture notebook in a
+fresh pytest process, exactly as the Makefile's test-notebooks target does on book/.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+SANITIZE = ["--nbval-sanitize-with", str(ROOT / "tests" / "nbval_sanitize.cfg")]
+
+
+def run_nbval(notebook: str, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "--nbval", *extra, "-p", "no:cacheprovider", str(FIXTURES / notebook)]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_makefile_runs_nbval_strict_with_the_sanitizer():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "--nbval-lax" not in makefile
+    assert "NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg" in makefile
+    assert "$(NBVAL) book" in makefile
+
+
+def test_a_correct_stored_output_passes():
+    result = run_nbval("nbval_right_output.ipynb", *SANITIZE)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_wrong_stored_output_fails():
+    result = run_nbval("nbval_wrong_output.ipynb", *SANITIZE)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "1 failed" in result.stdout
+    assert "mismatch" in result.stdout.lower()
+
+
+@pytest.mark.parametrize("sanitize", [True, False])
+def test_the_sanitizer_masks_addresses_and_kernel_paths_only(sanitize):
+    # Memory addresses and kernel temp paths differ run to run; with the sanitizer they match.
+    result = run_nbval("nbval_machine_dependent.ipynb", *(SANITIZE if sanitize else []))
+    if sanitize:
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        assert result.returncode == 1 and "2 failed" in result.stdout, result.stdout + result.stderr

@@ -1,0 +1,56 @@
+"""Tests of posenc.plotting: the shared style is opaque, and the heatmap helper validates."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from posenc.plotting import BOOK_STYLE, plot_matrix, use_book_style  # noqa: E402
+
+
+def test_book_style_draws_on_an_opaque_background():
+    use_book_style()
+    fig, ax = plt.subplots()
+    try:
+        assert matplotlib.colors.to_rgba(fig.get_facecolor())[3] == 1.0
+        assert matplotlib.colors.to_rgba(ax.get_facecolor())[3] == 1.0
+        assert matplotlib.rcParams["savefig.transparent"] is False
+        for key, value in BOOK_STYLE.items():
+            assert matplotlib.rcParams[key] == (list(value) if isinstance(value, tuple) else value), key
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("matrix", [torch.arange(6.0).reshape(2, 3), np.arange(6.0).reshape(2, 3)])
+def test_plot_matrix_draws_the_values(matrix):
+    fig, ax = plt.subplots()
+    try:
+        image = plot_matrix(ax, matrix, row_labels=["a", "b"], col_labels=["x", "y", "z"], annotate=True, title="t")
+        np.testing.assert_array_equal(image.get_array(), np.arange(6.0).reshape(2, 3))
+        assert [t.get_text() for t in ax.texts] == ["0.00", "1.00", "2.00", "3.00", "4.00", "5.00"]
+        assert ax.get_title() == "t"
+    finally:
+        plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("matrix", "kwargs", "error", "pattern"),
+    [
+        (torch.zeros(3), {}, ValueError, "matrix must have 2 dimensions"),
+        (np.zeros((2, 2, 2)), {}, ValueError, "matrix must have 2 dimensions"),
+        ([[0.0]], {}, TypeError, "matrix must be a torch.Tensor or numpy.ndarray"),
+        (torch.zeros(2, 3), {"row_labels": ["a"]}, ValueError, "row_labels must have 2 entries, got 1"),
+        (torch.zeros(2, 3), {"col_labels": ["a"]}, ValueError, "col_labels must have 3 entries, got 1"),
+    ],
+)
+def test_plot_matrix_rejects_bad_input(matrix, kwargs, error, pattern):
+    fig, ax = plt.subplots()
+    try:
+        with pytest.raises(error, match=pattern):
+            plot_matrix(ax, matrix, **kwargs)
+    finally:
+        plt.close(fig)

@@ -1,0 +1,154 @@
+"""Checks of the repository's own conventions: pins, layout, notebooks and the one repository URL."""
+
+import importlib.metadata
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+REPO_URL = CONFIG["repository"]["url"]
+NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
+SKIP_DIRS = {".git", ".venv", "_build", ".pytest_cache", "__pycache__", ".ipynb_checkpoints"}
+
+
+def pins(lines):
+    """{name: version} from requirement lines, each of which must be an exact `==` pin."""
+    found = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        req = Requirement(line)
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==", f"not an exact pin: {line!r}"
+        found[req.name.lower()] = specs[0].version
+    return found
+
+
+def requirements_pins():
+    return pins((ROOT / "requirements.txt").read_text().splitlines())
+
+
+def environment_pins():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_sections = [d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d]
+    assert len(pip_sections) == 1, "environment.yml needs exactly one pip: section"
+    return pins(pip_sections[0])
+
+
+def test_environment_yml_and_requirements_pin_the_same_versions():
+    assert environment_pins() == requirements_pins()
+
+
+def test_torch_is_pinned_to_the_cpu_build_on_disk():
+    assert requirements_pins()["torch"] == "2.13.0"
+
+
+def test_posenc_declares_ranges_not_pins():
+    requires = importlib.metadata.requires("posenc")
+    assert requires is not None
+    reqs = {Requirement(r).name.lower(): Requirement(r) for r in requires}
+    assert str(reqs["torch"].specifier) == ">=2.1"
+    assert {"torch", "numpy", "matplotlib"} <= set(reqs)
+    assert not any(spec.operator == "==" for r in reqs.values() for spec in r.specifier)
+
+
+def test_code_folder_does_not_shadow_the_standard_library():
+    assert not (ROOT / "code" / "__init__.py").exists()
+    import code  # the standard library's module, used by pdb and IPython
+
+    assert hasattr(code, "InteractiveConsole")
+
+
+def test_readme_and_ci_use_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert "make book" in readme and "make test" in readme
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_config_is_korean_and_points_at_main():
+    assert CONFIG["sphinx"]["config"]["language"] == "ko"
+    assert "language" not in CONFIG  # silently ignored at the top level by Jupyter Book 1
+    assert CONFIG["repository"]["branch"] == "main"
+    assert CONFIG["repository"]["path_to_book"] == ""
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", REPO_URL)
+    assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
+
+
+def text_files():
+    for path in ROOT.rglob("*"):
+        if path.is_file() and not (SKIP_DIRS & set(path.relative_to(ROOT).parts)):
+            try:
+                yield path, path.read_text()
+            except UnicodeDecodeError:
+                continue
+
+
+def test_repository_url_is_written_only_in_config_and_setup_cells():
+    owner_repo = REPO_URL.removeprefix("https://github.com/")
+    places = sorted(str(p.relative_to(ROOT)) for p, text in text_files() if owner_repo in text)
+    expected = sorted(["_config.yml", *(str(p.relative_to(ROOT)) for p in NOTEBOOKS)])
+    assert places == expected
+    for path in NOTEBOOKS:  # in a notebook, only its set-up cell may name the repository
+        nb = nbformat.read(path, as_version=4)
+        naming = [i for i, c in enumerate(nb.cells) if owner_repo in c.source]
+        first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+        assert naming == [first_code], f"{path.name}: cells {naming} name the repository"
+
+
+def toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part["chapters"]]
+    return files
+
+
+def test_every_notebook_is_in_the_toc_and_every_toc_entry_exists():
+    entries = toc_files()
+    for entry in entries:
+        assert any((ROOT / f"{entry}{suffix}").is_file() for suffix in (".md", ".ipynb")), entry
+    listed = {str((ROOT / f"{e}.ipynb").relative_to(ROOT)) for e in entries}
+    assert {str(p.relative_to(ROOT)) for p in NOTEBOOKS} <= listed
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "book/ holds no notebook"
+
+
+SETUP_CELL = """\
+# Set-up: use the installed posenc; in Colab, install it from the book's repository first.
+try:
+    import posenc
+except ImportError:
+    %pip install --quiet "git+{url}#subdirectory=code"
+    import posenc"""
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_starts_with_the_set_up_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code.source == SETUP_CELL.format(url=REPO_URL)
+    assert first_code.outputs == []  # posenc was importable when the notebook was executed
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_executed_in_one_fresh_kernel(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert nb.metadata["kernelspec"]["name"] == "python3"
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), "run make execute"
+    for cell in code:
+        assert "execution" not in cell.metadata, "timing metadata: run make execute"
+        assert "sys.path" not in cell.source, "notebooks import the installed posenc"
+        for output in cell.outputs:
+            assert output.output_type != "error"
+            if output.output_type == "stream" and output.name == "stderr":
+                assert "Warning" not in output.text, f"a stored warning: {output.text!r}"
