@@ -83,6 +83,8 @@ def test_page(page_path, site, base_url, browser, screenshots):
         # The site's root is a redirect to the first page: follow it, then check where it lands.
         if redirect := REDIRECT.search((site / page_path).read_text(errors="replace")):
             page.wait_for_url(urljoin(base_url + page_path, redirect.group(1)), wait_until="load")
+        # Let late requests (the favicon, fonts, scripts loaded by scripts) finish and be checked.
+        page.wait_for_load_state("networkidle")
 
         assert page.evaluate("document.documentElement.lang") == "ko", "page language is not ko"
 
