@@ -45,3 +45,23 @@ def float_dtype(name: str, dtype: object) -> torch.dtype:
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"{name} must be a floating-point torch.dtype, got {dtype!r}")
     return dtype
+
+
+def check_real(name: str, value: object, *, greater_than: float | None = None) -> float:
+    """Return ``value`` as a finite ``float`` if it is a real number (not a bool) > ``greater_than``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if greater_than is not None and not value > greater_than:
+        raise ValueError(f"{name} must be > {greater_than:g}, got {value:g}")
+    return value
+
+
+def check_even_dim(name: str, value: object) -> int:
+    """Return ``value`` if it is a positive even integer (a dimension made of 2-D pairs)."""
+    value = check_int(name, value, minimum=1)
+    if value % 2:
+        raise ValueError(f"{name} must be even (dimensions come in (sin, cos) or rotation pairs), got {value}")
+    return value

@@ -1,0 +1,95 @@
+r"""Sinusoidal absolute positional encoding (Vaswani et al., 2017, arXiv:1706.03762, sec. 3.5).
+
+Book: chapter 2 (``book/02_sinusoidal.ipynb``).
+
+.. math::
+
+    PE_{(pos, 2i)} = \sin(pos\,\omega_i), \qquad PE_{(pos, 2i+1)} = \cos(pos\,\omega_i), \qquad
+    \omega_i = \text{base}^{-2i/d}, \quad 0 \le i < d/2
+
+Layout: the paper's, with even indices holding sines and odd indices cosines, pair ``i``
+occupying columns ``(2i, 2i+1)``. Other code bases concatenate all sines then all cosines, a
+fixed permutation of the same columns (chapter 2 shows the conversion).
+
+Shapes:
+    n: number of positions, d: encoding dimension (even).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype
+
+__all__ = ["shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
+
+
+def sinusoid_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
+    r"""Angular frequencies :math:`\omega_i = \text{base}^{-2i/d}` of the ``d/2`` pairs, in float64.
+
+    Pair ``i`` has wavelength :math:`2\pi / \omega_i = 2\pi\, \text{base}^{2i/d}`: a geometric
+    progression from :math:`2\pi` up to :math:`2\pi\, \text{base}^{(d-2)/d}`.
+
+    Shapes:
+        returns ``(d/2,)``, float64.
+    """
+    dim = check_even_dim("dim", dim)
+    base = check_real("base", base, greater_than=1.0)
+    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/d
+    return base ** (-exponents)  # (d/2,)
+
+
+def sinusoidal_encoding(positions: Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The encoding of arbitrary (integer or real) positions, computed in float64 and cast to ``dtype``.
+
+    Computing the angles ``pos * omega_i`` in float64 matters: in float32 the angle of position
+    10000 already carries an error of about 1e-3 radians.
+
+    Shapes:
+        positions: any shape ``(...)``; returns ``(..., d)``.
+    """
+    check_tensor("positions", positions)
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise TypeError(f"positions must be an integer or real tensor, got {positions.dtype}")
+    dim = check_even_dim("dim", dim)
+    dtype = float_dtype("dtype", dtype)
+    omega = sinusoid_frequencies(dim, base=base).to(positions.device)  # (d/2,)
+    angles = positions.to(torch.float64)[..., None] * omega  # (..., d/2)
+    table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., d/2, 2): (sin, cos) per pair
+    return table.flatten(-2).to(dtype)  # (..., d): sin at 2i, cos at 2i+1
+
+
+def sinusoidal_table(n_positions: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+    """The table of encodings of positions ``0 .. n_positions - 1``, one row per position.
+
+    Shapes:
+        returns ``(n, d)``.
+    """
+    n_positions = check_int("n_positions", n_positions, minimum=1)
+    return sinusoidal_encoding(torch.arange(n_positions), dim, base=base, dtype=dtype)
+
+
+def shift_matrix(k: float, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+    r"""The matrix :math:`M(k)` with :math:`PE_{pos+k} = M(k)\, PE_{pos}` for every position.
+
+    By the angle-addition identities, pair ``i`` transforms as
+
+    .. math::
+
+        \begin{pmatrix} \sin((pos+k)\omega_i) \\ \cos((pos+k)\omega_i) \end{pmatrix}
+        = \begin{pmatrix} \cos k\omega_i & \sin k\omega_i \\ -\sin k\omega_i & \cos k\omega_i \end{pmatrix}
+          \begin{pmatrix} \sin(pos\,\omega_i) \\ \cos(pos\,\omega_i) \end{pmatrix},
+
+    so :math:`M(k)` is block-diagonal with one 2x2 rotation per pair and depends on ``k`` only.
+    It is orthogonal, :math:`M(0) = I` and :math:`M(a) M(b) = M(a + b)`. ``k`` may be negative.
+
+    Shapes:
+        returns ``(d, d)``.
+    """
+    k = check_real("k", k)
+    dtype = float_dtype("dtype", dtype)
+    angle = k * sinusoid_frequencies(dim, base=base)  # (d/2,)
+    cos, sin = angle.cos(), angle.sin()
+    blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (d/2, 2, 2)
+    return torch.block_diag(*blocks).to(dtype)  # (d, d)
