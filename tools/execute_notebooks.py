@@ -1,7 +1,8 @@
 """Re-execute the book's notebooks in place, deterministically.
 
 Each notebook runs top to bottom in a fresh kernel (working directory: its own folder),
-with no timing metadata recorded, so that executing twice gives byte-identical files.
+with no timing metadata recorded and print output joined into one block per stream, so
+that executing twice gives byte-identical files.
 
 Usage: python tools/execute_notebooks.py [PATH ...]   (folders are searched for *.ipynb)
 """
@@ -42,7 +43,26 @@ def execute(path: Path) -> None:
     client.execute()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = merge_streams(cell.outputs)
     nbformat.write(nb, path)
+
+
+def merge_streams(outputs: list) -> list:
+    """Join consecutive stdout (or stderr) chunks: how a print is split depends on timing."""
+    merged: list = []
+    for output in outputs:
+        previous = merged[-1] if merged else None
+        if (
+            output.output_type == "stream"
+            and previous is not None
+            and previous.output_type == "stream"
+            and previous.name == output.name
+        ):
+            previous.text += output.text
+        else:
+            merged.append(output)
+    return merged
 
 
 def main() -> None:
