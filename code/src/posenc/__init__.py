@@ -9,17 +9,33 @@ The package behind the book *트랜스포머의 위치 인코딩*. Conventions u
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
 from posenc.plotting import use_book_style
+from posenc.profiling import tensor_memory_peak
+from posenc.relative import (
+    T5RelativeBias,
+    relative_positions,
+    shaw_attention,
+    shaw_attention_naive,
+    shaw_relative_indices,
+    t5_relative_bucket,
+)
 from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 
 __all__ = [
     "KNOWN_TABLES",
     "LearnedPositionalEmbedding",
+    "T5RelativeBias",
     "causal_mask",
+    "relative_positions",
     "scaled_dot_product_attention",
+    "shaw_attention",
+    "shaw_attention_naive",
+    "shaw_relative_indices",
     "shift_matrix",
     "sinusoid_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_table",
+    "t5_relative_bucket",
+    "tensor_memory_peak",
     "use_book_style",
 ]
 __version__ = "0.1.0"
