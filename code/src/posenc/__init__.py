@@ -18,14 +18,21 @@ from posenc.relative import (
     shaw_relative_indices,
     t5_relative_bucket,
 )
+from posenc.rope import PAIRINGS, ROPE_TYPES, RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
 from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 
 __all__ = [
     "KNOWN_TABLES",
     "LearnedPositionalEmbedding",
+    "PAIRINGS",
+    "ROPE_TYPES",
+    "RotaryEmbedding",
     "T5RelativeBias",
+    "apply_rope",
     "causal_mask",
     "relative_positions",
+    "rope_cos_sin",
+    "rope_inv_freq",
     "scaled_dot_product_attention",
     "shaw_attention",
     "shaw_attention_naive",

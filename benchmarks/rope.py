@@ -1,0 +1,108 @@
+"""Benchmark: RoPE on q and k of shape (1, 8, 4096, 128), float32 (book chapter 5).
+
+Compared in one run, with one thread and with the default number of threads:
+  * posenc.RotaryEmbedding.forward (pairing="half"), and with pairing="interleaved";
+  * transformers' LLaMA path: LlamaRotaryEmbedding (cos/sin for the positions) + apply_rotary_pos_emb;
+  * transformers' Cohere path (interleaved pairs), standing in for torchtune, which needs torchao
+    and does not install cleanly beside torch 2.13 here;
+  * a memory-bound floor: cloning q and k (read both once, write both once).
+Targets: posenc at most 0.5x transformers' LLaMA time, and within 4x the clone floor.
+
+CPU timings of large temporaries depend on glibc malloc returning memory to the kernel and
+page-faulting it back in on every call. For steadier figures the measurements run in a child
+process with GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184
+(freed blocks stay mapped and are reused). Both the default and the tuned run are printed.
+
+Run: .venv/bin/python benchmarks/rope.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.utils.benchmark as benchmark
+
+SHAPE = (1, 8, 4096, 128)
+TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
+TARGET_VS_TRANSFORMERS, TARGET_VS_FLOOR = 0.5, 4.0
+
+
+def measure() -> dict[str, dict[str, float]]:
+    from transformers import CohereConfig, LlamaConfig
+    from transformers.models.cohere import modeling_cohere as cohere
+    from transformers.models.llama import modeling_llama as llama
+
+    from posenc import RotaryEmbedding
+
+    b, h, s, d = SHAPE
+    gen = torch.Generator().manual_seed(0)
+    q, k = torch.randn(*SHAPE, generator=gen), torch.randn(*SHAPE, generator=gen)
+    positions = torch.arange(s)
+    position_ids = positions[None]
+    rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
+    llama_rotary = llama.LlamaRotaryEmbedding(LlamaConfig(hidden_size=h * d, num_attention_heads=h, head_dim=d,
+                                                          max_position_embeddings=s, rope_parameters=rope_parameters))
+    cohere_rotary = cohere.CohereRotaryEmbedding(CohereConfig(hidden_size=h * d, num_attention_heads=h,
+                                                              max_position_embeddings=s, rope_parameters=rope_parameters))
+    ours_half = RotaryEmbedding(d, max_positions=s, pairing="half")
+    ours_interleaved = RotaryEmbedding(d, max_positions=s, pairing="interleaved")
+
+    # Same results before timing anything.
+    cos, sin = llama_rotary(q, position_ids)
+    expected = llama.apply_rotary_pos_emb(q, k, cos, sin)
+    for got, want in zip(ours_half(q, k, positions), expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    cos, sin = cohere_rotary(q, position_ids)
+    for got, want in zip(ours_interleaved(q, k, positions), cohere.apply_rotary_pos_emb(q, k, cos, sin)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+    statements = {
+        "posenc half": "ours_half(q, k, positions)",
+        "posenc interleaved": "ours_interleaved(q, k, positions)",
+        "transformers llama": "llama.apply_rotary_pos_emb(q, k, *llama_rotary(q, position_ids))",
+        "transformers cohere": "cohere.apply_rotary_pos_emb(q, k, *cohere_rotary(q, position_ids))",
+        "clone floor": "(q.clone(), k.clone())",
+    }
+    env = dict(globals(), **locals())
+    results: dict[str, dict[str, float]] = {}
+    for threads in (1, torch.get_num_threads()):
+        row = {}
+        for name, stmt in statements.items():
+            timer = benchmark.Timer(stmt=f"with torch.no_grad(): {stmt}", globals=env, num_threads=threads)
+            row[name] = timer.blocked_autorange(min_run_time=1.5).median
+        results[f"{threads} thread{'s' if threads > 1 else ''}"] = row
+    return results
+
+
+def main() -> int:
+    print(f"RoPE on q and k of shape {SHAPE}, float32; median ms (ratio to transformers llama)")
+    verdicts = []
+    for label, tunables in (("default malloc", None), (f"GLIBC_TUNABLES={TUNABLES}", TUNABLES)):
+        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+        if tunables:
+            env["GLIBC_TUNABLES"] = tunables
+        out = subprocess.run([sys.executable, __file__, "--worker"], env=env, capture_output=True, text=True, check=True)
+        results = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"\n{label}")
+        for threads, row in results.items():
+            base = row["transformers llama"]
+            print(f"  {threads}: " + "  ".join(f"{name} {t * 1e3:.2f} ({t / base:.2f})" for name, t in row.items()))
+            vs_transformers = row["posenc half"] / base
+            vs_floor = row["posenc half"] / row["clone floor"]
+            print(f"    posenc half: {vs_transformers:.2f}x transformers (target <= {TARGET_VS_TRANSFORMERS}), "
+                  f"{vs_floor:.2f}x the clone floor (target <= {TARGET_VS_FLOOR})")
+            if tunables:
+                verdicts.append(vs_transformers <= TARGET_VS_TRANSFORMERS and vs_floor <= TARGET_VS_FLOOR)
+    print("\ntargets met (steady-allocator run):", all(verdicts))
+    return 0 if all(verdicts) else 1
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--worker"]:
+        print(json.dumps(measure()))
+    else:
+        sys.exit(main())
