@@ -201,3 +201,19 @@ def test_cos_sin_and_attention_scale():
 def test_bad_arguments_raise_clear_errors(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "mistral"])
+def test_current_model_families_rotate_like_half_pairing(family):
+    import importlib
+
+    from posenc import rope_cos_sin
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    q, k = _qk(s=20)
+    positions = torch.arange(100, 120)
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(HEAD_DIM, base=1e6)[0])
+    cos, sin = torch.cat([cos, cos], -1)[None], torch.cat([sin, sin], -1)[None]
+    q_ref, k_ref = module.apply_rotary_pos_emb(q, k, cos, sin)
+    torch.testing.assert_close(apply_rope(q, positions, base=1e6), q_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(apply_rope(k, positions, base=1e6), k_ref, rtol=1e-5, atol=1e-5)
