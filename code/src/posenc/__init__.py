@@ -6,8 +6,10 @@ The package behind the book *트랜스포머의 위치 인코딩*. Conventions u
 * a relative position is the key position minus the query position (T5's sign).
 """
 
+from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
+from posenc.models import POSITION_SCHEMES, TinyTransformer, default_device
 from posenc.plotting import use_book_style
 from posenc.profiling import tensor_memory_peak
 from posenc.relative import (
@@ -25,11 +27,16 @@ __all__ = [
     "KNOWN_TABLES",
     "LearnedPositionalEmbedding",
     "PAIRINGS",
+    "POSITION_SCHEMES",
     "ROPE_TYPES",
     "RotaryEmbedding",
     "T5RelativeBias",
+    "TinyTransformer",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_rope",
     "causal_mask",
+    "default_device",
     "relative_positions",
     "rope_cos_sin",
     "rope_inv_freq",
