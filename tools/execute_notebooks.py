@@ -39,6 +39,9 @@ def execute(path: Path) -> None:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         record_timing=False,
+        # Progress-bar widgets would otherwise store their state, and the site would then load
+        # the widget JavaScript from a CDN; the book has to work offline.
+        store_widget_state=False,
     )
     client.execute()
     for cell in nb.cells:
