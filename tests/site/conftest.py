@@ -40,6 +40,15 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        # A page closed while a file was still being sent is normal in these tests.
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 @pytest.fixture(scope="session")
 def site() -> Path:
     if not (SITE / "index.html").is_file():
@@ -50,7 +59,7 @@ def site() -> Path:
 @pytest.fixture(scope="session")
 def base_url(site: Path) -> Iterator[str]:
     handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

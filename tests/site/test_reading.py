@@ -1,0 +1,150 @@
+"""How Korean readers use the site: search, light and dark themes, phones, figures.
+
+Screenshots for review are saved under _build/screenshots/: the search results page, a
+figure-heavy page in the light and the dark theme, and a page at phone size.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import importlib.util
+import re
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import pytest
+from PIL import Image
+
+from conftest import ROOT, SITE
+
+CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
+FIGURE_PAGE = "book/02_sinusoidal.html"
+PHONE = {"width": 390, "height": 844}
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+
+
+def _korean_search_module():
+    spec = importlib.util.spec_from_file_location("korean_search", ROOT / "book" / "_ext" / "korean_search.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def page_prose(page: str) -> str:
+    """The text of a page's article, without code blocks and outputs."""
+    text = (SITE / page).read_text()
+    article = re.search(r'<article class="bd-article".*?</article>', text, re.S)
+    body = re.sub(r"<pre.*?</pre>", " ", article.group(0) if article else "", flags=re.S)
+    return html_lib.unescape(re.sub(r"<[^>]+>", " ", body))
+
+
+def pages_with_word(word: str) -> set[str]:
+    """Pages whose prose has the word alone or followed by one particle (any case for Latin words)."""
+    particles = "|".join(_korean_search_module().PARTICLES)
+    pattern = re.compile(rf"(?<![\w]){re.escape(word)}(?:{particles})?(?![\w])", re.IGNORECASE)
+    return {page for page in CHAPTERS if pattern.search(page_prose(page))}
+
+
+def search(browser, base_url: str, query: str, screenshot: Path | None = None) -> set[str]:
+    page = browser.new_page()
+    try:
+        page.goto(f"{base_url}search.html?q={quote(query)}")
+        page.wait_for_function(
+            "() => { const s = document.querySelector('#search-results p.search-summary');"
+            " return s && s.innerText.trim().length > 0; }",
+            timeout=20000,
+        )
+        hrefs = page.evaluate("Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.href)")
+        if screenshot:
+            page.screenshot(path=str(screenshot), full_page=True)
+        return {urlsplit(h).path.lstrip("/") for h in hrefs}
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize(
+    ("query", "must_find"),
+    [
+        ("트랜스포머", {"book/intro.html", "book/01_why_position.html"}),
+        ("위치", {f"book/0{n}_" for n in range(1, 9)}),
+        ("회전", {"book/02_sinusoidal.html", "book/05_rope.html"}),
+        ("RoPE", {"book/02_sinusoidal.html", "book/04_relative.html"}),  # they only say RoPE다, RoPE는
+    ],
+)
+def test_korean_search_finds_inflected_forms(query, must_find, browser, base_url, screenshots):
+    shot = screenshots / "search-results.png" if query == "트랜스포머" else None
+    found = search(browser, base_url, query, shot)
+    expected = pages_with_word(query)
+    assert expected, f"no page mentions {query}"
+    assert expected <= found, f"search for {query} missed {sorted(expected - found)}"
+    for page in must_find:  # named pages (prefixes for whole chapters) must be among the results
+        assert any(f.startswith(page) for f in found), f"search for {query} did not list {page}"
+
+
+def test_search_for_nonsense_finds_nothing(browser, base_url):
+    assert search(browser, base_url, "쀍뷁햏") == set()
+
+
+def test_figures_are_opaque_images_with_korean_descriptions(browser, base_url):
+    images = sorted((SITE / "_images").glob("*.png"))
+    assert images, "the site has no figures"
+    for path in images:
+        with Image.open(path) as image:
+            if "A" in image.getbands():
+                assert image.getchannel("A").getextrema()[0] == 255, f"{path.name} has transparent pixels"
+    page = browser.new_page()
+    try:
+        for chapter in CHAPTERS:
+            page.goto(base_url + chapter)
+            described = page.evaluate(
+                """() => Array.from(document.querySelectorAll('article img')).filter(i => i.src.includes('/_images/'))
+                     .map(i => [i.src, i.alt || '', (i.closest('figure')?.querySelector('figcaption')?.innerText) || ''])"""
+            )
+            for src, alt, caption in described:
+                assert HANGUL.search(alt) or HANGUL.search(caption), f"{chapter}: figure {src} has no Korean alt text or caption"
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("mode", ["light", "dark"])
+def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    try:
+        page.goto(base_url + FIGURE_PAGE)
+        page.wait_for_load_state("networkidle")
+        assert page.evaluate("document.documentElement.dataset.theme") == mode
+        backgrounds = page.evaluate(
+            """() => Array.from(document.querySelectorAll('article img')).filter(i => i.src.includes('/_images/'))
+                 .map(i => { const c = document.createElement('canvas'); c.width = i.naturalWidth; c.height = i.naturalHeight;
+                             const g = c.getContext('2d'); g.drawImage(i, 0, 0); return g.getImageData(1, 1, 1, 1).data[3]; })"""
+        )
+        assert backgrounds and all(alpha == 255 for alpha in backgrounds)  # figures paint their own background
+        page.screenshot(path=str(screenshots / f"theme-{mode}.png"), full_page=True)
+    finally:
+        context.close()
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS + ["search.html"])
+def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screenshots):
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    try:
+        page.goto(base_url + page_path)
+        page.wait_for_load_state("networkidle")
+        if page.evaluate("document.querySelectorAll('.math').length"):
+            page.evaluate("MathJax.startup.promise")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        culprits = page.evaluate(
+            """() => { const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) {
+                         const o = getComputedStyle(a).overflowX; if (o !== 'visible') return true; } return false; };
+                       return Array.from(document.querySelectorAll('article *'))
+                         .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !scrolls(e))
+                         .slice(0, 5).map(e => e.tagName.toLowerCase() + '.' + e.className + ': ' + e.innerText.slice(0, 40)); }"""
+        )
+        if page_path == "book/04_relative.html":
+            page.screenshot(path=str(screenshots / "phone.png"), full_page=True)
+        assert overflow <= 1, f"{page_path} is {overflow}px wider than a phone screen: {culprits}"
+    finally:
+        context.close()
