@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
 NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-SKIP_DIRS = {".git", ".venv", "_build", ".pytest_cache", "__pycache__", ".ipynb_checkpoints"}
+SKIP_DIRS = {".git", ".venv", "_build", ".pytest_cache", "__pycache__", ".ipynb_checkpoints", "node_modules"}
 
 
 def pins(lines):
@@ -89,11 +89,29 @@ def text_files():
                 continue
 
 
+def derived_addresses():
+    """The site address and chapter 1's Colab link, both derived from the repository URL."""
+    owner, repo = REPO_URL.removeprefix("https://github.com/").split("/")
+    site = f"https://{owner.lower()}.github.io/{repo}/"
+    colab = f"https://colab.research.google.com/github/{owner}/{repo}/blob/{CONFIG['repository']['branch']}/book/01_why_position.ipynb"
+    return site, colab
+
+
+def test_readme_shows_the_site_and_a_colab_badge_derived_from_the_repository_url():
+    readme = (ROOT / "README.md").read_text()
+    site, colab = derived_addresses()
+    assert site in readme and f"]({colab})" in readme and "colab-badge.svg" in readme
+    owner_repo = REPO_URL.removeprefix("https://github.com/")
+    for line in readme.splitlines():  # no other spelling of the address
+        if owner_repo in line or "github.io" in line:
+            assert site in line or colab in line, line
+
+
 def test_repository_url_is_written_only_in_config_and_setup_cells():
     owner_repo = REPO_URL.removeprefix("https://github.com/")
     places = sorted(str(p.relative_to(ROOT)) for p, text in text_files() if owner_repo in text)
-    expected = sorted(["_config.yml", *(str(p.relative_to(ROOT)) for p in NOTEBOOKS)])
-    assert places == expected
+    expected = sorted(["_config.yml", "README.md", *(str(p.relative_to(ROOT)) for p in NOTEBOOKS)])
+    assert places == expected  # README.md: only the derived addresses, checked above
     for path in NOTEBOOKS:  # in a notebook, only its set-up cell may name the repository
         nb = nbformat.read(path, as_version=4)
         naming = [i for i, c in enumerate(nb.cells) if owner_repo in c.source]
