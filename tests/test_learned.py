@@ -1,5 +1,7 @@
 """Tests of posenc.learned: the table, its hard end, and the sizes of real models."""
 
+import inspect
+
 import pytest
 import torch
 
@@ -64,3 +66,10 @@ def test_known_tables_match_the_reference_configurations():
     bert, gpt2 = transformers.BertConfig(), transformers.GPT2Config()
     assert KNOWN_TABLES["bert-base"] == (bert.max_position_embeddings, bert.hidden_size) == (512, 768)
     assert KNOWN_TABLES["gpt2"] == (gpt2.n_positions, gpt2.n_embd) == (1024, 768)
+
+
+def test_default_initialisation_matches_bert_and_gpt2():
+    import transformers  # test-only dependency, pinned in requirements.txt
+
+    assert transformers.BertConfig().initializer_range == transformers.GPT2Config().initializer_range == 0.02
+    assert inspect.signature(LearnedPositionalEmbedding).parameters["init_std"].default == 0.02

@@ -176,3 +176,10 @@ def test_shaw_indices_clip():
 def test_bad_arguments_raise_clear_errors(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+def test_defaults_are_t5s():
+    config = T5Config()
+    assert (config.relative_attention_num_buckets, config.relative_attention_max_distance) == (32, 128)
+    bias = T5RelativeBias(config.num_heads)
+    assert (bias.num_buckets, bias.max_distance, bias.bidirectional) == (32, 128, True)
