@@ -22,7 +22,9 @@ Which features form a pair is a convention, named here explicitly (``pairing``):
 
 Numerics follow transformers exactly: inverse frequencies are computed in float32 the way its
 ``modeling_rope_utils`` does, angles are ``float32(position) * inv_freq`` and cos/sin are cast to
-the input's dtype, so results agree with it to float32 rounding at every position.
+the input's dtype, so results agree with it to float32 rounding at every position. The one
+deliberate exception is float64 input, whose angles are computed in float64 (transformers would
+round them to float32), so that the book's identities hold to 1e-12.
 
 Shapes:
     b: batch, h: heads, s: sequence length, d: rotated head dim (even).
