@@ -20,12 +20,11 @@ Run: .venv/bin/python benchmarks/relative_bias.py
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import torch
 import torch.utils.benchmark as benchmark
+from _child import run_child
 
 T5_TARGET = 0.3
 LENGTH, HEADS = 2048, 12
@@ -81,11 +80,7 @@ def main() -> int:
     print(f"T5 relative bias: h = {HEADS}, L = {LENGTH}, float32, 1 thread; median ms (ratio to transformers)")
     ratios, floor_ratios = [], []
     for label, tunables in CONFIGS.items():
-        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-        if tunables:
-            env["GLIBC_TUNABLES"] = tunables
-        out = subprocess.run([sys.executable, __file__, "--t5-worker"], env=env, capture_output=True, text=True, check=True)
-        times = json.loads(out.stdout.strip().splitlines()[-1])
+        times = run_child(__file__, "--t5-worker", tunables)
         base = times["transformers"]
         cells = "  ".join(f"{name} {t * 1e3:7.1f} ({t / base:.3f})" for name, t in times.items())
         print(f"  {label}:\n    {cells}")

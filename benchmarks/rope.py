@@ -19,12 +19,11 @@ Run: .venv/bin/python benchmarks/rope.py
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
 import torch
 import torch.utils.benchmark as benchmark
+from _child import run_child
 
 SHAPE = (1, 8, 4096, 128)
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
@@ -82,11 +81,7 @@ def main() -> int:
     print(f"RoPE on q and k of shape {SHAPE}, float32; median ms (ratio to transformers llama)")
     verdicts = []
     for label, tunables in (("default malloc", None), (f"GLIBC_TUNABLES={TUNABLES}", TUNABLES)):
-        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
-        if tunables:
-            env["GLIBC_TUNABLES"] = tunables
-        out = subprocess.run([sys.executable, __file__, "--worker"], env=env, capture_output=True, text=True, check=True)
-        results = json.loads(out.stdout.strip().splitlines()[-1])
+        results = run_child(__file__, "--worker", tunables)
         print(f"\n{label}")
         for threads, row in results.items():
             base = row["transformers llama"]

@@ -24,6 +24,14 @@ def check_tensor(name: str, value: object, *, ndim: int | None = None, floating:
     return value
 
 
+def check_integer_tensor(name: str, value: object) -> Tensor:
+    """Return ``value`` if it is a tensor of an integer dtype (positions, relative distances), else raise."""
+    check_tensor(name, value)
+    if value.dtype.is_floating_point or value.dtype == torch.bool or value.is_complex():
+        raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
+    return value
+
+
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     """Return ``value`` as an ``int`` if it is an integer (not a bool) >= ``minimum``, else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_real, check_tensor
+from posenc._checks import check_int, check_integer_tensor, check_real
 
 __all__ = ["KNOWN_TABLES", "LearnedPositionalEmbedding"]
 
@@ -47,9 +47,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.weight = nn.Parameter(weight)
 
     def forward(self, positions: Tensor) -> Tensor:
-        check_tensor("positions", positions)
-        if positions.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
-            raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+        check_integer_tensor("positions", positions)
         if positions.numel():
             lowest, highest = int(positions.min()), int(positions.max())
             if lowest < 0:

@@ -19,7 +19,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_bool, check_int, check_tensor
+from posenc._checks import check_bool, check_int, check_integer_tensor, check_tensor
 
 __all__ = [
     "T5RelativeBias",
@@ -100,9 +100,7 @@ def t5_relative_bucket(
     Shapes:
         relative_position: any shape, integer; returns the same shape, int64, in ``[0, num_buckets)``.
     """
-    check_tensor("relative_position", relative_position)
-    if relative_position.dtype.is_floating_point or relative_position.dtype in (torch.bool, torch.complex64, torch.complex128):
-        raise TypeError(f"relative_position must be an integer tensor, got {relative_position.dtype}")
+    check_integer_tensor("relative_position", relative_position)
     bidirectional, num_buckets, max_distance = _check_bucket_settings(bidirectional, num_buckets, max_distance)
     rel = relative_position.long()
 

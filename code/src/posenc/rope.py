@@ -38,7 +38,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_even_dim, check_int, check_real, check_tensor
+from posenc._checks import check_even_dim, check_int, check_integer_tensor, check_real, check_tensor
 
 __all__ = ["PAIRINGS", "ROPE_TYPES", "RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
 
@@ -205,9 +205,7 @@ def _check_pairing(pairing: object) -> str:
 
 
 def _check_positions(positions: object, *, seq_len: int, batch: int | None = None) -> Tensor:
-    check_tensor("positions", positions)
-    if positions.dtype.is_floating_point or positions.dtype in (torch.bool, torch.complex64, torch.complex128):
-        raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    check_integer_tensor("positions", positions)
     if positions.dim() not in (1, 2) or positions.shape[-1] != seq_len or (
         positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch)
     ):
