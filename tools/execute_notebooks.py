@@ -47,8 +47,16 @@ def execute(path: Path) -> None:
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            cell.outputs = merge_streams(cell.outputs)
+            cell.outputs = merge_streams(drop_widget_views(cell.outputs))
     nbformat.write(nb, path)
+
+
+def drop_widget_views(outputs: list) -> list:
+    """Remove widget views (tqdm progress bars): without stored widget state they cannot be shown,
+    and their random model ids would change the file on every run. Their text form stays."""
+    for output in outputs:
+        output.get("data", {}).pop("application/vnd.jupyter.widget-view+json", None)
+    return [o for o in outputs if o.output_type != "display_data" or o.get("data")]
 
 
 def merge_streams(outputs: list) -> list:
