@@ -1,39 +1,77 @@
-"""Tests of posenc.models.TinyTransformer: every scheme builds and runs, and never looks ahead."""
+"""Tests of posenc.models.TinyTransformer: every scheme builds, trains every parameter, never looks ahead."""
 
 import pytest
 import torch
+from torch import nn
 
-from posenc import POSITION_SCHEMES, TinyTransformer, default_device
+from posenc import (
+    POSITION_SCHEMES,
+    LearnedPositionalEmbedding,
+    RotaryEmbedding,
+    T5RelativeBias,
+    TinyTransformer,
+    alibi_bias,
+    default_device,
+    sinusoidal_encoding,
+)
+from posenc.models import POSITION_SCHEME_CLASSES, ModelShape, PositionScheme
+
+VOCAB, DIM, HEADS, LAYERS = 16, 32, 4, 2
 
 
 def _model(position, **kwargs):
-    return TinyTransformer(16, position=position, dim=32, num_heads=4, num_layers=2, max_positions=24, device="cpu", **kwargs)
+    return TinyTransformer(
+        VOCAB, position=position, dim=DIM, num_heads=HEADS, num_layers=LAYERS, device="cpu", **kwargs
+    )
+
+
+def _tokens(seed, shape=(3, 20)):
+    return torch.randint(VOCAB, shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_the_registry_and_the_names_agree():
+    assert POSITION_SCHEMES == ("none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope")
+    assert tuple(POSITION_SCHEME_CLASSES) == POSITION_SCHEMES
+    for position in POSITION_SCHEMES:
+        assert isinstance(_model(position).scheme, POSITION_SCHEME_CLASSES[position])
 
 
 @pytest.mark.parametrize("position", POSITION_SCHEMES)
-def test_every_scheme_builds_and_runs_forward(position):
+def test_every_trainable_parameter_gets_a_gradient_from_a_loss_over_all_positions(position):
     model = _model(position)
-    tokens = torch.randint(16, (3, 20), generator=torch.Generator().manual_seed(0))
+    tokens = _tokens(0)
     logits = model(tokens)
-    assert logits.shape == (3, 20, 16) and torch.isfinite(logits).all()
-    loss = model.loss(tokens, tokens, torch.ones_like(tokens, dtype=torch.bool))
-    loss.backward()
-    assert all(p.grad is not None for p in model.parameters() if p.requires_grad and p.grad is not None)
+    assert logits.shape == (3, 20, VOCAB) and torch.isfinite(logits).all()
+    model.loss(tokens, tokens, torch.ones_like(tokens, dtype=torch.bool)).backward()
+    missing = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    zero = [name for name, p in model.named_parameters() if p.grad is not None and not p.grad.abs().sum() > 0]
+    assert not missing, f"{position}: no gradient reaches {missing}"
+    assert not zero, f"{position}: an all-zero gradient reaches {zero}"
 
 
 @pytest.mark.parametrize("position", POSITION_SCHEMES)
 def test_changing_a_future_token_never_changes_an_earlier_output(position):
     model = _model(position).eval()
-    gen = torch.Generator().manual_seed(1)
-    tokens = torch.randint(16, (2, 18), generator=gen)
+    tokens = _tokens(1, (2, 18))
     with torch.no_grad():
         before = model(tokens)
         for t in (0, 5, 17):
             changed = tokens.clone()
-            changed[:, t] = (changed[:, t] + 1) % 16
+            changed[:, t] = (changed[:, t] + 1) % VOCAB
             after = model(changed)
             torch.testing.assert_close(after[:, :t], before[:, :t])  # positions before t are unaffected
             assert not torch.allclose(after[:, t:], before[:, t:])  # and the change is seen from t on
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_a_prefix_gives_the_first_rows_of_the_full_sequence(position):
+    # What incremental decoding relies on: positions start at 0 and nothing depends on later tokens or length.
+    model = _model(position).eval()
+    tokens = _tokens(2, (2, 20))
+    with torch.no_grad():
+        full = model(tokens)
+        for length in (1, 7, 19):
+            torch.testing.assert_close(model(tokens[:, :length]), full[:, :length], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("position", POSITION_SCHEMES)
@@ -42,43 +80,145 @@ def test_same_seed_same_model_and_the_global_generator_is_left_alone(position):
     state = torch.get_rng_state()
     a, b = _model(position, seed=7), _model(position, seed=7)
     assert torch.equal(torch.get_rng_state(), state)
-    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters()):
+    for (name, pa), (_, pb) in zip(a.named_parameters(), b.named_parameters(), strict=True):
         assert torch.equal(pa, pb), name
     c = _model(position, seed=8)
     assert not torch.equal(a.head.weight, c.head.weight)
 
 
-def test_learned_table_fails_loudly_past_its_size_and_others_do_not():
-    tokens = torch.randint(16, (1, 30), generator=torch.Generator().manual_seed(2))
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_scheme_runs_in_half_precision(position, dtype):
+    if dtype == torch.float16 and default_device().type == "cpu":
+        pytest.skip("float16 matmuls are a GPU format; bfloat16 covers the cast on the CPU")
+    device = default_device()
+    model = TinyTransformer(VOCAB, position=position, dim=DIM, num_heads=HEADS, seed=0, device=device)
+    reference = model(_tokens(3).to(device)).float()
+    logits = model.to(dtype)(_tokens(3).to(device))  # the bias follows the activations' dtype and device
+    assert logits.dtype == dtype and torch.isfinite(logits).all()
+    assert (logits.float() - reference).abs().max() < 0.1, "half precision should agree with float32 roughly"
+
+
+@pytest.mark.parametrize(
+    ("position", "options", "check"),
+    [
+        ("sinusoidal", {"base": 100.0}, lambda s: s.base == 100.0),
+        ("learned", {"max_positions": 40}, lambda s: s.table.weight.shape == (40, DIM)),
+        ("shaw", {"max_relative": 2}, lambda s: s.layers[0].rel_k.shape == (5, DIM // HEADS)),
+        ("t5", {"num_buckets": 8}, lambda s: s.relative.weight.shape == (8, HEADS)),
+        ("t5", {"max_distance": 18}, lambda s: s.relative.max_distance == 18),
+        ("rope", {"base": 500.0}, lambda s: s.rotary.base == 500.0),
+        ("rope", {"pairing": "interleaved"}, lambda s: s.rotary.pairing == "interleaved"),
+    ],
+)
+def test_each_scheme_option_is_reachable_and_changes_the_output(position, options, check):
+    tokens = _tokens(4, (2, 24))
+    default, changed = _model(position), _model(position, position_options=options)
+    assert check(changed.scheme), changed.scheme
+    assert not torch.allclose(default(tokens), changed(tokens)), f"{position} {options} changed nothing"
+
+
+def test_size_options_bound_the_sequence_length():
+    tokens = _tokens(5, (1, 30))
     with pytest.raises(ValueError, match="max_positions=24"):
-        _model("learned")(tokens)
-    for position in set(POSITION_SCHEMES) - {"learned"}:
+        _model("learned", position_options={"max_positions": 24})(tokens)
+    with pytest.raises(ValueError, match="max_positions=24"):
+        _model("rope", position_options={"max_positions": 24})(tokens)
+    for position in set(POSITION_SCHEMES) - {"learned"}:  # with default options only the table is bounded (64)
         assert torch.isfinite(_model(position)(tokens)).all()
 
 
+def test_the_hooks_call_the_package_functions():
+    x, positions = torch.zeros(1, 10, DIM), torch.arange(10)
+    torch.testing.assert_close(_model("sinusoidal").scheme.embed(x, positions)[0], sinusoidal_encoding(positions, DIM))
+    torch.testing.assert_close(_model("alibi").scheme.bias(10, 10), alibi_bias(HEADS, 10, 10))
+    t5 = _model("t5").scheme
+    assert isinstance(t5.relative, T5RelativeBias) and not t5.relative.bidirectional
+    torch.testing.assert_close(t5.bias(10, 10), t5.relative(10, 10))
+    assert isinstance(_model("rope").scheme.rotary, RotaryEmbedding)
+    assert isinstance(_model("learned").scheme.table, LearnedPositionalEmbedding)
+    assert not list(_model("none").scheme.parameters()) and not list(_model("alibi").scheme.parameters())
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_initialisation_follows_the_module_type(position):
+    model = TinyTransformer(VOCAB, position=position, dim=64, num_heads=HEADS, device="cpu")
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Linear):
+            assert abs(module.weight.std().item() - 0.02) < 0.003, name
+            assert torch.equal(module.bias, torch.zeros_like(module.bias)), name
+        elif isinstance(module, nn.LayerNorm):
+            assert torch.equal(module.weight, torch.ones_like(module.weight)), name
+            assert torch.equal(module.bias, torch.zeros_like(module.bias)), name
+        elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+            assert abs(module.weight.std().item() - 0.02) < 0.003, name
+        elif isinstance(module, T5RelativeBias):
+            assert abs(module.weight.std().item() - 64**-0.5) < 0.03, name  # T5: N(0, 1 / d_model)
+    if position == "shaw":
+        for tables in model.scheme.layers:
+            for table in (tables.rel_k, tables.rel_v):
+                assert abs(table.std().item() - 0.02) < 0.004
+
+
+def test_a_registered_scheme_is_used_and_its_parameters_need_an_initialisation_rule(monkeypatch):
+    class Constant(PositionScheme):
+        def __init__(self, shape: ModelShape, *, value: float = 1.0):
+            super().__init__(shape)
+            self.value = value
+
+        def embed(self, x, positions):
+            return x + self.value
+
+    monkeypatch.setitem(POSITION_SCHEME_CLASSES, "constant", Constant)
+    model = TinyTransformer(
+        VOCAB, position="constant", position_options={"value": 3.0}, dim=8, num_heads=2, device="cpu"
+    )
+    assert model.scheme.value == 3.0
+
+    class Raw(PositionScheme):
+        def __init__(self, shape: ModelShape):
+            super().__init__(shape)
+            self.offset = nn.Parameter(torch.zeros(shape.dim))
+
+    monkeypatch.setitem(POSITION_SCHEME_CLASSES, "raw", Raw)
+    with pytest.raises(TypeError, match="no initialisation rule for Raw"):
+        TinyTransformer(VOCAB, position="raw", dim=8, num_heads=2, device="cpu")
+
+
 def test_schemes_differ():
-    tokens = torch.randint(16, (1, 12), generator=torch.Generator().manual_seed(3))
+    tokens = _tokens(6, (1, 12))
     outputs = {p: _model(p, seed=0)(tokens) for p in POSITION_SCHEMES}
     assert not torch.allclose(outputs["none"], outputs["rope"])
     assert not torch.allclose(outputs["t5"], outputs["alibi"])
 
 
-def test_default_device():
-    expected = "cuda" if torch.cuda.is_available() else "cpu"
-    assert default_device().type == expected
-    assert next(TinyTransformer(8, position="none", dim=8, num_heads=2).parameters()).device.type == expected
+def test_the_model_is_built_on_the_default_device():
+    model = TinyTransformer(8, position="none", dim=8, num_heads=2)
+    assert next(model.parameters()).device.type == default_device().type
 
 
-@pytest.mark.parametrize(("kwargs", "error", "pattern"), [
-    ({"position": "xpos"}, ValueError, "position must be one of"),
-    ({"position": "none", "dim": 30, "num_heads": 4}, ValueError, "dim must be divisible by num_heads"),
-    ({"position": "rope", "dim": 12, "num_heads": 4}, ValueError, "rope needs an even head dim"),
-    ({"position": "none", "num_layers": 0}, ValueError, "num_layers must be >= 1"),
-    ({"position": "none", "seed": 1.5}, TypeError, "seed must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "error", "pattern"),
+    [
+        ({"position": "xpos"}, ValueError, "position must be one of"),
+        ({"position": "none", "dim": 30, "num_heads": 4}, ValueError, "dim must be divisible by num_heads"),
+        ({"position": "rope", "dim": 12, "num_heads": 4}, ValueError, "rope needs an even head dim"),
+        ({"position": "none", "num_layers": 0}, ValueError, "num_layers must be >= 1"),
+        ({"position": "none", "seed": 1.5}, TypeError, "seed must be an integer"),
+        ({"position": "rope", "position_options": {"bse": 500.0}}, ValueError, r"unknown \['bse'\]"),
+        ({"position": "alibi", "position_options": {"slopes": [1.0]}}, ValueError, r"'alibi' may be \(none\)"),
+        ({"position": "learned", "position_options": {"max_positions": 0}}, ValueError, "max_positions must be >= 1"),
+        ({"position": "shaw", "position_options": {"max_relative": 0}}, ValueError, "max_relative must be >= 1"),
+        ({"position": "t5", "position_options": {"num_buckets": 0}}, ValueError, "num_buckets must be >= 1"),
+        ({"position": "rope", "position_options": {"base": 1.0}}, ValueError, "base must be > 1"),
+        ({"position": "rope", "position_options": {"pairing": "zigzag"}}, ValueError, "pairing"),
+        ({"position": "sinusoidal", "position_options": {"base": "1e4"}}, TypeError, "base must be a real number"),
+        ({"position": "none", "position_options": [("base", 1)]}, TypeError, "position_options must be a mapping"),
+    ],
+)
 def test_bad_arguments_raise_clear_errors(kwargs, error, pattern):
     with pytest.raises(error, match=pattern):
-        TinyTransformer(16, device="cpu", **kwargs)
+        TinyTransformer(VOCAB, device="cpu", **kwargs)
 
 
 def test_bad_tokens_raise_clear_errors():
@@ -89,3 +229,8 @@ def test_bad_tokens_raise_clear_errors():
         model(torch.tensor([[0, 1]], dtype=torch.int32))
     with pytest.raises(ValueError, match="tokens must have 2 dimensions"):
         model(torch.tensor([0, 1]))
+
+
+def test_initialise_needs_a_generator():
+    with pytest.raises(TypeError, match=r"generator must be a torch\.Generator, got int"):
+        _model("none").initialise(0)

@@ -1,21 +1,25 @@
 """A tiny decoder-only transformer whose position scheme is one argument, for the book's lab.
 
-Book: chapter 7 (``book/07_lab.ipynb``). Every scheme is built from posenc's own functions:
+Book: chapter 7 (``book/07_lab.ipynb``). Each scheme is one small module in a registry,
+:data:`POSITION_SCHEME_CLASSES` (name -> class), built from posenc's own functions:
 
-========================  ==========================================================  =========
-``position``              where position enters                                        chapter
-========================  ==========================================================  =========
-``"none"`` (NoPE)          nowhere: only the causal mask orders the tokens              6
-``"sinusoidal"``           added to the input: :func:`posenc.sinusoidal_encoding`       2
-``"learned"``              added to the input: :class:`posenc.LearnedPositionalEmbedding`  3
-``"shaw"``                 keys and values: :func:`posenc.shaw_attention`               4
-``"t5"``                   logits: :class:`posenc.T5RelativeBias` (shared by layers)     4
-``"alibi"``                logits: :func:`posenc.alibi_bias`                            6
-``"rope"``                 queries and keys rotated: :func:`posenc.apply_rope`          5
-========================  ==========================================================  =========
+============  ============================  ================================  ============================  ===
+position      where position enters (hook)  built from (posenc)               position_options              ch.
+============  ============================  ================================  ============================  ===
+"none"        nowhere (NoPE)                the causal mask alone             none                          6
+"sinusoidal"  input (embed)                 sinusoidal_encoding               base                          2
+"learned"     input (embed)                 LearnedPositionalEmbedding        max_positions                 3
+"shaw"        keys, values (attend)         shaw_attention, tables per layer  max_relative                  4
+"t5"          logits (bias, shared)         T5RelativeBias                    num_buckets, max_distance     4
+"alibi"       logits (bias, shared)         alibi_bias                        none                          6
+"rope"        q and k (rotate)              RotaryEmbedding                   base, pairing, max_positions  5
+============  ============================  ================================  ============================  ===
 
-Blocks are pre-norm (LayerNorm, causal attention, residual; LayerNorm, MLP, residual). All
-weights are initialised from an explicit seed.
+A scheme's options go in ``position_options``, e.g.
+``TinyTransformer(16, position="rope", position_options={"base": 500.0})``; an option the scheme
+does not have raises. Blocks are pre-norm (LayerNorm, causal attention, residual; LayerNorm, MLP,
+residual). All weights are initialised from an explicit seed, by module type (see
+:meth:`TinyTransformer.initialise`).
 
 Shapes:
     b: batch, s: sequence length, c: model width (``dim``), h: heads, d: head dim (``c / h``).
@@ -23,21 +27,37 @@ Shapes:
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_tensor
+from posenc._checks import check_int, check_real, check_tensor
 from posenc.alibi import alibi_bias
 from posenc.attention import scaled_dot_product_attention
 from posenc.learned import LearnedPositionalEmbedding
 from posenc.relative import T5RelativeBias, shaw_attention
-from posenc.rope import apply_rope
+from posenc.rope import RotaryEmbedding
 from posenc.sinusoidal import sinusoidal_encoding
 
-__all__ = ["POSITION_SCHEMES", "TinyTransformer", "default_device"]
-
-POSITION_SCHEMES = ("none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope")
+__all__ = [
+    "POSITION_SCHEMES",
+    "POSITION_SCHEME_CLASSES",
+    "ALiBi",
+    "LearnedAbsolute",
+    "ModelShape",
+    "NoPE",
+    "PositionScheme",
+    "RoPE",
+    "ShawRelative",
+    "Sinusoidal",
+    "T5Bias",
+    "TinyTransformer",
+    "default_device",
+]
 
 
 def default_device() -> torch.device:
@@ -45,40 +65,207 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-class _Block(nn.Module):
-    def __init__(self, dim: int, num_heads: int, position: str, shaw_max_relative: int):
+@dataclass(frozen=True)
+class ModelShape:
+    """The sizes a scheme needs to build its parameters: width ``c``, heads ``h``, layers."""
+
+    dim: int
+    num_heads: int
+    num_layers: int
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+
+# ---- Position schemes: one small module each, four hooks with "do nothing" defaults ----------------
+
+
+class PositionScheme(nn.Module):
+    """Base class of the schemes, and NoPE itself: every hook leaves the model unchanged.
+
+    A scheme is built as ``cls(shape, **options)``; its options are keyword-only arguments.
+    The model calls, per forward pass:
+
+    * ``embed(x, positions)`` once, on the token embeddings;
+    * ``bias(q_len, k_len)`` once; the result (or None) is shared by every layer;
+    * ``rotate(q, k, positions)`` and ``attend(layer, q, k, v, bias)`` in each layer.
+
+    Shapes:
+        x ``(b, s, c)``; positions ``(s,)``; q, k, v ``(b, h, s, d)``; bias ``(h, s_q, s_k)``.
+    """
+
+    def __init__(self, shape: ModelShape):
         super().__init__()
-        self.num_heads, self.position = num_heads, position
-        head_dim = dim // num_heads
+        self.shape = shape
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x  # (b, s, c)
+
+    def bias(self, q_len: int, k_len: int) -> Tensor | None:
+        return None
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return q, k
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+        out, _ = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)
+        return out  # (b, h, s, d)
+
+
+class NoPE(PositionScheme):
+    """No position information: only the causal mask orders the tokens (chapter 6)."""
+
+
+class Sinusoidal(PositionScheme):
+    """The fixed encoding of Vaswani et al. (arXiv:1706.03762) added to the input (chapter 2)."""
+
+    def __init__(self, shape: ModelShape, *, base: float = 10000.0):
+        super().__init__(shape)
+        self.base = check_real("base", base, greater_than=1.0)
+        if shape.dim % 2:
+            raise ValueError(f"sinusoidal needs an even dim, got dim={shape.dim}")
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x + sinusoidal_encoding(positions, self.shape.dim, base=self.base, dtype=x.dtype)  # (b, s, c)
+
+    def extra_repr(self) -> str:
+        return f"base={self.base:g}"
+
+
+class LearnedAbsolute(PositionScheme):
+    """A trainable table of ``max_positions`` vectors added to the input (chapter 3).
+
+    A sequence longer than the table raises the table's ``ValueError``: it has no vector there.
+    """
+
+    def __init__(self, shape: ModelShape, *, max_positions: int = 64):
+        super().__init__(shape)
+        self.table = LearnedPositionalEmbedding(max_positions, shape.dim)
+
+    def embed(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x + self.table(positions)  # (b, s, c); raises past max_positions
+
+
+class _ShawTables(nn.Module):
+    """One layer's relative tables (Shaw et al., arXiv:1803.02155), shared by the heads."""
+
+    def __init__(self, max_relative: int, head_dim: int):
+        super().__init__()
+        self.rel_k = nn.Parameter(torch.empty(2 * max_relative + 1, head_dim))  # (2k+1, d)
+        self.rel_v = nn.Parameter(torch.empty(2 * max_relative + 1, head_dim))  # (2k+1, d)
+
+
+class ShawRelative(PositionScheme):
+    """Shaw et al.'s relative keys and values, one pair of tables per layer (chapter 4).
+
+    Distances are clipped to ``[-max_relative, max_relative]``.
+    """
+
+    def __init__(self, shape: ModelShape, *, max_relative: int = 16):
+        super().__init__(shape)
+        self.max_relative = check_int("max_relative", max_relative, minimum=1)
+        self.layers = nn.ModuleList(_ShawTables(self.max_relative, shape.head_dim) for _ in range(shape.num_layers))
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+        tables = self.layers[layer]
+        out, _ = shaw_attention(q, k, v, tables.rel_k, tables.rel_v, causal=True)
+        return out  # (b, h, s, d)
+
+    def extra_repr(self) -> str:
+        return f"max_relative={self.max_relative}"
+
+
+class T5Bias(PositionScheme):
+    """T5's bucketed relative bias (arXiv:1910.10683), computed once and shared by layers (chapter 4).
+
+    Causal, so ``bidirectional=False``: every bucket goes to keys at or before the query.
+    """
+
+    def __init__(self, shape: ModelShape, *, num_buckets: int = 32, max_distance: int = 128):
+        super().__init__(shape)
+        self.relative = T5RelativeBias(
+            shape.num_heads, num_buckets=num_buckets, max_distance=max_distance, bidirectional=False
+        )
+
+    def bias(self, q_len: int, k_len: int) -> Tensor:
+        return self.relative(q_len, k_len)  # (h, s_q, s_k)
+
+
+class ALiBi(PositionScheme):
+    """ALiBi's fixed linear penalty ``-m_h |j - i|`` on the logits (arXiv:2108.12409, chapter 6).
+
+    No options: the slopes ``m_h`` follow from the number of heads, as in the paper.
+    """
+
+    def bias(self, q_len: int, k_len: int) -> Tensor:
+        return alibi_bias(self.shape.num_heads, q_len, k_len)  # (h, s_q, s_k), float32 on the CPU
+
+
+class RoPE(PositionScheme):
+    """Rotary embedding of queries and keys (Su et al., arXiv:2104.09864, chapter 5).
+
+    ``max_positions`` is the size of the cos/sin tables; longer sequences raise.
+    """
+
+    def __init__(self, shape: ModelShape, *, base: float = 10000.0, pairing: str = "half", max_positions: int = 4096):
+        super().__init__(shape)
+        if shape.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got dim // num_heads = {shape.head_dim}")
+        self.rotary = RotaryEmbedding(shape.head_dim, max_positions=max_positions, base=base, pairing=pairing)
+
+    def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
+        return self.rotary(q, k, positions)  # 2 x (b, h, s, d)
+
+
+POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
+    "none": NoPE,
+    "sinusoidal": Sinusoidal,
+    "learned": LearnedAbsolute,
+    "shaw": ShawRelative,
+    "t5": T5Bias,
+    "alibi": ALiBi,
+    "rope": RoPE,
+}
+POSITION_SCHEMES = tuple(POSITION_SCHEME_CLASSES)
+
+
+def _scheme_options(cls: type[PositionScheme]) -> tuple[str, ...]:
+    """The keyword-only options of a scheme's constructor."""
+    parameters = inspect.signature(cls.__init__).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+# ---- The model --------------------------------------------------------------------------------------
+
+
+class _Block(nn.Module):
+    def __init__(self, dim: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
         self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
-        if position == "shaw":  # per layer, shared by the heads (Shaw et al.)
-            self.rel_k = nn.Parameter(torch.zeros(2 * shaw_max_relative + 1, head_dim))
-            self.rel_v = nn.Parameter(torch.zeros(2 * shaw_max_relative + 1, head_dim))
 
-    def attend(self, x: Tensor, bias: Tensor | None) -> Tensor:
+    def attend(self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None) -> Tensor:
         b, s, c = x.shape
-        q, k, v = self.qkv(x).view(b, s, 3, self.num_heads, c // self.num_heads).permute(2, 0, 3, 1, 4)  # 3 x (b, h, s, d)
-        if self.position == "rope":
-            positions = torch.arange(s, device=x.device)
-            q, k = apply_rope(q, positions), apply_rope(k, positions)
-        if self.position == "shaw":
-            out, _ = shaw_attention(q, k, v, self.rel_k, self.rel_v, causal=True)
-        else:
-            out, _ = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (b, h, s, d)
+        qkv = self.qkv(x).view(b, s, 3, self.num_heads, c // self.num_heads)  # (b, s, 3, h, d)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (b, h, s, d)
+        q, k = scheme.rotate(q, k, positions)
+        out = scheme.attend(layer, q, k, v, bias)  # (b, h, s, d)
         return self.proj(out.transpose(1, 2).reshape(b, s, c))  # (b, s, c)
 
-    def forward(self, x: Tensor, bias: Tensor | None) -> Tensor:
-        x = x + self.attend(self.norm1(x), bias)
+    def forward(self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None) -> Tensor:
+        x = x + self.attend(self.norm1(x), scheme, layer, positions, bias)
         return x + self.mlp(self.norm2(x))
 
 
 class TinyTransformer(nn.Module):
-    """A small causal language model; ``position`` picks one of :data:`POSITION_SCHEMES`.
+    """A small causal language model; ``position`` names one of :data:`POSITION_SCHEME_CLASSES`.
 
-    ``max_positions`` is the size of the learned table (``position="learned"``) and is used by no
-    other scheme: a learned model fed a longer sequence raises the table's ``ValueError``.
+    ``position_options`` are that scheme's own keyword arguments (see the module's table), e.g.
+    ``{"max_positions": 32}`` for ``"learned"`` or ``{"base": 500.0, "pairing": "interleaved"}``
+    for ``"rope"``; an unknown option raises ``ValueError``. The scheme module is ``model.scheme``.
 
     Shapes:
         forward: tokens ``(b, s)`` int64 in ``[0, vocab_size)``; returns logits ``(b, s, vocab_size)``.
@@ -89,73 +276,94 @@ class TinyTransformer(nn.Module):
         vocab_size: int,
         *,
         position: str,
+        position_options: Mapping[str, object] | None = None,
         dim: int = 64,
         num_heads: int = 4,
         num_layers: int = 2,
-        max_positions: int = 64,
-        shaw_max_relative: int = 16,
         seed: int = 0,
         device: torch.device | str | None = None,
     ):
         super().__init__()
-        if position not in POSITION_SCHEMES:
-            raise ValueError(f"position must be one of {POSITION_SCHEMES}, got {position!r}")
+        if position not in POSITION_SCHEME_CLASSES:
+            raise ValueError(f"position must be one of {tuple(POSITION_SCHEME_CLASSES)}, got {position!r}")
+        if position_options is not None and not isinstance(position_options, Mapping):
+            raise TypeError(f"position_options must be a mapping or None, got {type(position_options).__name__}")
+        options = dict(position_options or {})
+        cls = POSITION_SCHEME_CLASSES[position]
+        unknown = sorted(set(options) - set(_scheme_options(cls)))
+        if unknown:
+            raise ValueError(
+                f"position_options for {position!r} may be {_scheme_options(cls) or '(none)'}, got unknown {unknown}"
+            )
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
         self.dim = check_int("dim", dim, minimum=2)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        check_int("num_layers", num_layers, minimum=1)
-        self.max_positions = check_int("max_positions", max_positions, minimum=1)
-        check_int("shaw_max_relative", shaw_max_relative, minimum=1)
+        num_layers = check_int("num_layers", num_layers, minimum=1)
         seed = check_int("seed", seed)
         if dim % num_heads:
             raise ValueError(f"dim must be divisible by num_heads, got dim={dim}, num_heads={num_heads}")
-        if position == "rope" and (dim // num_heads) % 2:
-            raise ValueError(f"rope needs an even head dim, got dim // num_heads = {dim // num_heads}")
         self.position = position
 
         # PyTorch layers draw their default initialisation from the global generator; fork it so that
         # building a model leaves the caller's random state alone, then initialise from `seed`.
         with torch.random.fork_rng(devices=[]):
             self.tokens = nn.Embedding(vocab_size, dim)
-            self.learned = LearnedPositionalEmbedding(max_positions, dim) if position == "learned" else None
-            self.t5 = T5RelativeBias(num_heads, bidirectional=False) if position == "t5" else None
-            self.blocks = nn.ModuleList(_Block(dim, num_heads, position, shaw_max_relative) for _ in range(num_layers))
+            self.scheme = cls(ModelShape(dim, num_heads, num_layers), **options)
+            self.blocks = nn.ModuleList(_Block(dim, num_heads) for _ in range(num_layers))
             self.norm = nn.LayerNorm(dim)
             self.head = nn.Linear(dim, vocab_size)
-        self._initialise(torch.Generator().manual_seed(seed))
+        self.initialise(torch.Generator().manual_seed(seed))
         self.to(default_device() if device is None else device)
 
     @torch.no_grad()
-    def _initialise(self, generator: torch.Generator) -> None:
-        # GPT-2 style: weights N(0, 0.02), biases 0, LayerNorm (1, 0); position tables likewise N(0, 0.02).
-        for name, param in self.named_parameters():
-            if name.endswith("bias"):
-                param.zero_()
-            elif "norm" in name:
-                param.fill_(1.0)
-            else:
-                param.normal_(0.0, 0.02, generator=generator)
+    def initialise(self, generator: torch.Generator) -> None:
+        """Initialise every parameter by the type of the module that holds it, drawing from ``generator``.
+
+        GPT-2 style (std 0.02) for the weights: ``nn.Linear`` weight N(0, 0.02^2) and bias 0,
+        ``nn.Embedding`` and the learned position table N(0, 0.02^2), ``nn.LayerNorm`` (1, 0), Shaw's
+        tables N(0, 0.02^2) like any embedding table. T5's bias table as T5 does it (Hugging Face
+        ``T5PreTrainedModel._init_weights``): N(0, 1/c), std ``dim ** -0.5``, so that the position
+        bias starts on the scale of a logit instead of near zero. A module type with parameters and
+        no rule here raises, so no parameter is silently left at PyTorch's default.
+        """
+        if not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+        std = 0.02
+        for module in self.modules():
+            own = list(module.parameters(recurse=False))
+            if isinstance(module, nn.Linear):
+                module.weight.normal_(0.0, std, generator=generator)
+                if module.bias is not None:
+                    module.bias.zero_()
+            elif isinstance(module, nn.LayerNorm):
+                module.weight.fill_(1.0)
+                module.bias.zero_()
+            elif isinstance(module, (nn.Embedding, LearnedPositionalEmbedding)):
+                module.weight.normal_(0.0, std, generator=generator)
+            elif isinstance(module, _ShawTables):
+                module.rel_k.normal_(0.0, std, generator=generator)
+                module.rel_v.normal_(0.0, std, generator=generator)
+            elif isinstance(module, T5RelativeBias):
+                module.weight.normal_(0.0, self.dim**-0.5, generator=generator)
+            elif own:
+                raise TypeError(f"no initialisation rule for {type(module).__name__}, which holds parameters")
 
     def forward(self, tokens: Tensor) -> Tensor:
         check_tensor("tokens", tokens, ndim=2)
         if tokens.dtype != torch.int64:
             raise TypeError(f"tokens must be int64, got {tokens.dtype}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
-            raise ValueError(f"tokens must be in [0, {self.vocab_size}), got values {int(tokens.min())}..{int(tokens.max())}")
+            raise ValueError(
+                f"tokens must be in [0, {self.vocab_size}), got values {int(tokens.min())}..{int(tokens.max())}"
+            )
         s = tokens.shape[1]
-        positions = torch.arange(s, device=tokens.device)
-        x = self.tokens(tokens)  # (b, s, c)
-        if self.position == "sinusoidal":
-            x = x + sinusoidal_encoding(positions, self.dim, dtype=x.dtype)
-        elif self.position == "learned":
-            x = x + self.learned(positions)  # raises past max_positions
-        bias = None
-        if self.position == "t5":
-            bias = self.t5(s, s)  # (h, s, s), computed once and shared by every layer, as in T5
-        elif self.position == "alibi":
-            bias = alibi_bias(self.num_heads, s, s).to(x.device)
-        for block in self.blocks:
-            x = block(x, bias)
+        positions = torch.arange(s, device=tokens.device)  # (s,)
+        x = self.scheme.embed(self.tokens(tokens), positions)  # (b, s, c)
+        bias = self.scheme.bias(s, s)  # (h, s, s) or None: computed once, shared by every layer, as in T5
+        if bias is not None:
+            bias = bias.to(device=x.device, dtype=x.dtype)  # follow the activations (bf16, fp16, GPU)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, self.scheme, layer, positions, bias)
         return self.head(self.norm(x))  # (b, s, vocab)
 
     def loss(self, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:

@@ -1,0 +1,226 @@
+"""The lag-copy task of chapters 3 and 7: at position ``t``, predict the token at ``t - lag``.
+
+A model solves it only if it knows *where* each token is relative to the others, which makes it a
+clean probe of a position scheme: train on short sequences, then read the accuracy position by
+position, inside and past the training length.
+
+* :func:`lag_copy_batch` draws random tokens with their targets and mask (explicit generator);
+* :func:`train` fits any model ``forward(tokens) -> logits`` with AdamW, one random length per step;
+* :func:`lag_copy_accuracy` and :func:`accuracy_per_position` read the accuracy at each position.
+
+Targets that do not exist (the first ``lag`` positions) hold :data:`IGNORE_INDEX` (-100, the
+value ``F.cross_entropy`` ignores by default) and are false in ``mask``.
+
+Shapes:
+    b: batch, s: sequence length (``length``), v: vocabulary size.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc._checks import check_int, check_real, check_tensor
+
+__all__ = ["IGNORE_INDEX", "accuracy_per_position", "lag_copy_accuracy", "lag_copy_batch", "lag_copy_targets", "train"]
+
+IGNORE_INDEX = -100
+
+
+def _check_task(vocab_size: object, lag: object) -> tuple[int, int]:
+    return check_int("vocab_size", vocab_size, minimum=2), check_int("lag", lag, minimum=1)
+
+
+def _check_length(name: str, length: object, lag: int) -> int:
+    length = check_int(name, length, minimum=1)
+    if length <= lag:
+        raise ValueError(f"{name} must be > lag = {lag} (a sequence needs at least one target), got {length}")
+    return length
+
+
+def _check_generator(name: str, value: object) -> torch.Generator:
+    if not isinstance(value, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator, got {type(value).__name__}")
+    return value
+
+
+def _model_device(model: object) -> torch.device:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    parameter = next(model.parameters(), None)
+    if parameter is None:
+        raise ValueError("model has no parameters (its device is where batches go, and train needs something to fit)")
+    return parameter.device
+
+
+def lag_copy_targets(tokens: Tensor, *, lag: int) -> tuple[Tensor, Tensor]:
+    """Targets ``y_t = x_{t - lag}`` and the mask of positions that have one (``t >= lag``).
+
+    Shapes:
+        tokens ``(b, s)`` int64; returns targets ``(b, s)`` int64 (``IGNORE_INDEX`` where
+        ``t < lag``) and mask ``(b, s)`` bool, on the tokens' device.
+    """
+    check_tensor("tokens", tokens, ndim=2)
+    if tokens.dtype != torch.int64:
+        raise TypeError(f"tokens must be int64, got {tokens.dtype}")
+    lag = check_int("lag", lag, minimum=1)
+    b, s = tokens.shape
+    if s <= lag:
+        raise ValueError(f"tokens must be longer than lag = {lag}, got shape {tuple(tokens.shape)}")
+    targets = torch.full_like(tokens, IGNORE_INDEX)  # (b, s)
+    targets[:, lag:] = tokens[:, :-lag]  # y_t = x_{t - lag}
+    mask = torch.zeros(b, s, dtype=torch.bool, device=tokens.device)
+    mask[:, lag:] = True
+    return targets, mask
+
+
+def lag_copy_batch(
+    generator: torch.Generator,
+    batch: int,
+    length: int,
+    *,
+    vocab_size: int,
+    lag: int,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A batch of uniformly random tokens with their lag-copy targets and mask.
+
+    The tokens are drawn on the generator's device, ``torch.randint(vocab_size, (batch, length))``,
+    then moved to ``device`` (default: stay there), so a CPU generator gives the same batch for a
+    CPU and a GPU model.
+
+    Shapes:
+        returns tokens ``(b, s)`` int64 in ``[0, v)``, targets ``(b, s)`` int64, mask ``(b, s)`` bool.
+    """
+    generator = _check_generator("generator", generator)
+    vocab_size, lag = _check_task(vocab_size, lag)
+    batch = check_int("batch", batch, minimum=1)
+    length = _check_length("length", length, lag)
+    tokens = torch.randint(vocab_size, (batch, length), generator=generator, device=generator.device)  # (b, s)
+    if device is not None:
+        tokens = tokens.to(device)
+    targets, mask = lag_copy_targets(tokens, lag=lag)
+    return tokens, targets, mask
+
+
+def train(
+    model: nn.Module,
+    *,
+    steps: int,
+    batch: int,
+    lr: float,
+    min_len: int,
+    max_len: int,
+    lag: int,
+    vocab_size: int,
+    seed: int | torch.Generator,
+    weight_decay: float = 0.0,
+    progress: bool | str = False,
+) -> Tensor:
+    """Fit ``model`` to the lag-copy task with AdamW; return the training loss of every step.
+
+    Each step draws a length uniformly from ``[min_len, max_len]`` (one ``torch.randint`` call;
+    none when ``min_len == max_len``), then a batch of that length (:func:`lag_copy_batch`), both
+    from one CPU generator: ``seed`` is an int (a fresh ``torch.Generator().manual_seed(seed)``) or
+    a generator to continue, which this call advances. The batch goes to the model's device. The
+    loss is the mean cross-entropy over the positions that have a target. The default
+    ``weight_decay=0`` leaves parameters that get no gradient (unused table rows) bit for bit as
+    they were. ``progress`` shows a ``tqdm`` bar (labelled with it when it is a string); the default
+    prints nothing. The model's train/eval mode is not changed.
+
+    Shapes:
+        model: tokens ``(b, s)`` -> logits ``(b, s, v)``; returns losses ``(steps,)`` float32 on the CPU.
+    """
+    device = _model_device(model)
+    vocab_size, lag = _check_task(vocab_size, lag)
+    steps = check_int("steps", steps, minimum=1)
+    batch = check_int("batch", batch, minimum=1)
+    lr = check_real("lr", lr, greater_than=0.0)
+    weight_decay = check_real("weight_decay", weight_decay)
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay:g}")
+    min_len = _check_length("min_len", min_len, lag)
+    max_len = check_int("max_len", max_len, minimum=1)
+    if max_len < min_len:
+        raise ValueError(f"max_len must be >= min_len = {min_len}, got {max_len}")
+    if isinstance(seed, torch.Generator):
+        generator = seed
+    elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        generator = torch.Generator().manual_seed(int(seed))
+    else:
+        raise TypeError(f"seed must be an integer or a torch.Generator, got {seed!r} ({type(seed).__name__})")
+    if not isinstance(progress, (bool, str)):
+        raise TypeError(f"progress must be a bool or a label, got {progress!r} ({type(progress).__name__})")
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    step_range = range(steps)
+    if progress is not False:
+        from tqdm import tqdm  # only when a bar is asked for
+
+        step_range = tqdm(step_range, desc=progress if isinstance(progress, str) else None, mininterval=1.0)
+    losses = []
+    for step in step_range:
+        length = (
+            min_len
+            if min_len == max_len
+            else int(torch.randint(min_len, max_len + 1, (1,), generator=generator, device=generator.device))
+        )
+        tokens, targets, mask = lag_copy_batch(generator, batch, length, vocab_size=vocab_size, lag=lag, device=device)
+        logits = model(tokens)  # (b, s, v)
+        if step == 0 and tuple(logits.shape) != (batch, length, vocab_size):
+            raise ValueError(
+                f"model must map tokens (b, s) = {(batch, length)} to logits (b, s, vocab_size) = "
+                f"{(batch, length, vocab_size)}, got {tuple(logits.shape)}"
+            )
+        loss = F.cross_entropy(logits[mask], targets[mask])  # mean over positions with a target
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())  # no .item(): no GPU sync per step
+    return torch.stack(losses).float().cpu()  # (steps,)
+
+
+@torch.no_grad()
+def lag_copy_accuracy(model: nn.Module, tokens: Tensor, *, lag: int) -> Tensor:
+    """Fraction of sequences whose argmax prediction at position ``t`` is ``tokens[:, t - lag]``.
+
+    Positions ``t < lag`` have no target and read NaN. Works for any ``tokens`` (e.g. a shifted
+    copy of a test batch); they must be on the model's device. No gradients are kept.
+
+    Shapes:
+        tokens ``(b, s)`` int64; returns ``(s,)`` float32 on the CPU, index = position ``t``.
+    """
+    targets, mask = lag_copy_targets(tokens, lag=lag)
+    predicted = model(tokens).argmax(-1)  # (b, s)
+    hits = (predicted == targets).float().mean(0)  # (s,)
+    return hits.masked_fill(~mask[0], float("nan")).cpu()
+
+
+def accuracy_per_position(
+    model: nn.Module,
+    *,
+    length: int,
+    lag: int,
+    vocab_size: int,
+    batch: int = 512,
+    seed: int,
+) -> Tensor:
+    """Accuracy at each position of ``batch`` random sequences of ``length`` drawn from ``seed``.
+
+    The sequences are ``lag_copy_batch(torch.Generator().manual_seed(seed), batch, length, ...)``,
+    evaluated on the model's device; past a training length ``N``, index ``N + j`` is the accuracy
+    ``j + 1`` positions beyond it. The mean over ``t >= lag`` (``result.nanmean()``) equals the
+    accuracy over all predicted tokens. A model that cannot take ``length`` (a learned table) raises.
+
+    Shapes:
+        returns ``(s,)`` float32 on the CPU, NaN at ``t < lag``.
+    """
+    device = _model_device(model)
+    seed = check_int("seed", seed)
+    tokens, _, _ = lag_copy_batch(
+        torch.Generator().manual_seed(seed), batch, length, vocab_size=vocab_size, lag=lag, device=device
+    )
+    return lag_copy_accuracy(model, tokens, lag=lag)

@@ -1,0 +1,237 @@
+"""Tests of posenc.tasks: lag-copy batches, the training loop and the per-position accuracy."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from posenc import TinyTransformer
+from posenc.tasks import (
+    IGNORE_INDEX,
+    accuracy_per_position,
+    lag_copy_accuracy,
+    lag_copy_batch,
+    lag_copy_targets,
+    train,
+)
+
+VOCAB, LAG = 8, 3
+
+
+class Oracle(nn.Module):
+    """Logits that put all the mass on the token ``lag`` places back (on token 0 before that)."""
+
+    def __init__(self, lag: int, vocab_size: int):
+        super().__init__()
+        self.lag, self.vocab_size = lag, vocab_size
+        self.unused = nn.Parameter(torch.zeros(()))  # gives the model a device
+
+    def forward(self, tokens):
+        previous = torch.roll(tokens, self.lag, dims=1)  # (b, s)
+        return nn.functional.one_hot(previous, self.vocab_size).float() + 0 * self.unused  # (b, s, v)
+
+
+class Constant(nn.Module):
+    """Always predicts token 0; ``bias`` is trainable so that train() can run on it."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size).index_fill(0, torch.tensor([0]), 5.0))
+
+    def forward(self, tokens):
+        return self.bias.expand(*tokens.shape, -1)  # (b, s, v)
+
+
+class Recorder(nn.Module):
+    """A trainable constant model that records the batches it is shown."""
+
+    def __init__(self, vocab_size: int):
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(vocab_size))
+        self.seen = []
+
+    def forward(self, tokens):
+        self.seen.append(tokens.clone())
+        return self.bias.expand(*tokens.shape, -1)
+
+
+def test_a_batch_pairs_each_position_with_the_token_lag_places_back():
+    tokens, targets, mask = lag_copy_batch(torch.Generator().manual_seed(0), 4, 10, vocab_size=VOCAB, lag=LAG)
+    assert tokens.shape == targets.shape == mask.shape == (4, 10)
+    assert tokens.dtype == targets.dtype == torch.int64 and mask.dtype == torch.bool
+    assert int(tokens.min()) >= 0 and int(tokens.max()) < VOCAB
+    assert mask[:, :LAG].logical_not().all() and mask[:, LAG:].all()
+    assert (targets[:, :LAG] == IGNORE_INDEX).all()
+    for t in range(LAG, 10):
+        assert torch.equal(targets[:, t], tokens[:, t - LAG])
+
+
+def test_a_batch_is_the_generators_randint_draw_and_moves_to_the_device():
+    # The contract that lets the book's chapters keep their batches: tokens = torch.randint(v, (b, s)).
+    tokens, _, _ = lag_copy_batch(torch.Generator().manual_seed(5), 3, 7, vocab_size=VOCAB, lag=LAG, device="meta")
+    assert tokens.device.type == "meta"
+    tokens, _, _ = lag_copy_batch(torch.Generator().manual_seed(5), 3, 7, vocab_size=VOCAB, lag=LAG)
+    assert torch.equal(tokens, torch.randint(VOCAB, (3, 7), generator=torch.Generator().manual_seed(5)))
+
+
+def test_targets_of_given_tokens():
+    targets, mask = lag_copy_targets(torch.tensor([[5, 6, 7, 1, 2]]), lag=2)
+    assert targets.tolist() == [[IGNORE_INDEX, IGNORE_INDEX, 5, 6, 7]]
+    assert mask.tolist() == [[False, False, True, True, True]]
+
+
+def test_a_perfect_model_scores_one_wherever_a_target_exists():
+    accuracy = accuracy_per_position(Oracle(LAG, VOCAB), length=12, lag=LAG, vocab_size=VOCAB, batch=64, seed=0)
+    assert accuracy.shape == (12,)
+    assert accuracy[:LAG].isnan().all()
+    assert torch.equal(accuracy[LAG:], torch.ones(12 - LAG))
+
+
+def test_a_constant_model_scores_chance():
+    accuracy = accuracy_per_position(Constant(VOCAB), length=40, lag=LAG, vocab_size=VOCAB, batch=512, seed=1)
+    assert accuracy[:LAG].isnan().all()
+    assert abs(accuracy.nanmean().item() - 1 / VOCAB) < 0.02  # 512 x 37 draws: standard error ~0.002
+    assert (accuracy[LAG:] < 3 / VOCAB).all()
+
+
+def test_accuracy_per_position_is_the_accuracy_on_the_seeded_batch():
+    model = TinyTransformer(VOCAB, position="rope", dim=16, num_heads=2, num_layers=1, device="cpu")
+    per_position = accuracy_per_position(model, length=9, lag=LAG, vocab_size=VOCAB, batch=32, seed=7)
+    tokens, targets, mask = lag_copy_batch(torch.Generator().manual_seed(7), 32, 9, vocab_size=VOCAB, lag=LAG)
+    torch.testing.assert_close(per_position, lag_copy_accuracy(model, tokens, lag=LAG), equal_nan=True)
+    with torch.no_grad():
+        overall = (model(tokens).argmax(-1) == targets)[mask].float().mean()
+    torch.testing.assert_close(per_position.nanmean(), overall)  # chapter 7's number
+
+
+def test_train_draws_a_length_then_a_batch_per_step_from_one_generator():
+    recorder = Recorder(VOCAB)
+    train(recorder, steps=5, batch=4, lr=1e-3, min_len=LAG + 1, max_len=12, lag=LAG, vocab_size=VOCAB, seed=3)
+    generator = torch.Generator().manual_seed(3)
+    for seen in recorder.seen:  # the chapter-7 loop, written out
+        length = int(torch.randint(LAG + 1, 13, (1,), generator=generator))
+        assert torch.equal(seen, torch.randint(VOCAB, (4, length), generator=generator))
+
+
+def test_train_with_one_length_draws_no_length_and_continues_a_given_generator():
+    recorder, generator = Recorder(VOCAB), torch.Generator().manual_seed(4)
+    expected = torch.Generator().manual_seed(4)
+    torch.rand(3, generator=generator), torch.rand(3, generator=expected)  # a generator already in use (chapter 3)
+    train(recorder, steps=3, batch=2, lr=1e-3, min_len=6, max_len=6, lag=LAG, vocab_size=VOCAB, seed=generator)
+    for seen in recorder.seen:
+        assert torch.equal(seen, torch.randint(VOCAB, (2, 6), generator=expected))
+    assert torch.equal(generator.get_state(), expected.get_state())
+
+
+def test_training_reduces_the_loss_and_leaves_unused_table_rows_untouched():
+    model = TinyTransformer(
+        VOCAB,
+        position="learned",
+        position_options={"max_positions": 24},
+        dim=32,
+        num_heads=2,
+        num_layers=1,
+        device="cpu",
+    )
+    before = model.scheme.table.weight.detach().clone()
+    losses = train(model, steps=40, batch=16, lr=3e-3, min_len=LAG + 1, max_len=12, lag=LAG, vocab_size=VOCAB, seed=0)
+    assert losses.shape == (40,) and losses.dtype == torch.float32 and torch.isfinite(losses).all()
+    assert losses[:10].mean() > math.log(VOCAB) - 0.2  # starts near chance: cross-entropy log(v)
+    assert losses[-10:].mean() < losses[:10].mean() - 0.3
+    after = model.scheme.table.weight.detach()
+    assert torch.equal(after[12:], before[12:])  # never seen, no gradient, no weight decay: bit for bit
+    assert not torch.equal(after[:12], before[:12])
+
+
+def test_train_is_silent_unless_asked(capfd):
+    kwargs = dict(steps=2, batch=2, lr=1e-3, min_len=4, max_len=5, lag=LAG, vocab_size=VOCAB, seed=0)
+    train(Recorder(VOCAB), **kwargs)
+    assert capfd.readouterr() == ("", "")
+    train(Recorder(VOCAB), progress="rope", **kwargs)
+    assert "rope" in capfd.readouterr().err
+
+
+def test_a_model_with_the_wrong_logits_is_refused():
+    with pytest.raises(ValueError, match=r"logits \(b, s, vocab_size\) = \(2, 5, 9\)"):
+        train(Constant(VOCAB), steps=1, batch=2, lr=1e-3, min_len=5, max_len=5, lag=LAG, vocab_size=9, seed=0)
+
+
+_GOOD = dict(steps=1, batch=2, lr=1e-3, min_len=4, max_len=5, lag=LAG, vocab_size=VOCAB, seed=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "pattern"),
+    [
+        ({"lag": 0}, ValueError, "lag must be >= 1, got 0"),
+        ({"vocab_size": 1}, ValueError, "vocab_size must be >= 2, got 1"),
+        ({"min_len": 3}, ValueError, "min_len must be > lag = 3"),
+        ({"max_len": 3}, ValueError, "max_len must be >= min_len = 4"),
+        ({"steps": 0}, ValueError, "steps must be >= 1, got 0"),
+        ({"batch": 2.0}, TypeError, "batch must be an integer"),
+        ({"lr": 0.0}, ValueError, "lr must be > 0"),
+        ({"weight_decay": -0.1}, ValueError, "weight_decay must be >= 0"),
+        ({"seed": "0"}, TypeError, "seed must be an integer or a torch.Generator"),
+        ({"progress": 1}, TypeError, "progress must be a bool or a label"),
+    ],
+)
+def test_train_validates_its_arguments(change, error, pattern):
+    with pytest.raises(error, match=pattern):
+        train(Recorder(VOCAB), **{**_GOOD, **change})
+
+
+def test_train_needs_a_module_with_parameters():
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
+        train(lambda tokens: tokens, **_GOOD)
+    with pytest.raises(ValueError, match="model has no parameters"):
+        train(nn.Identity(), **_GOOD)
+
+
+_NO_TARGET = r"length must be > lag = 3 \(a sequence needs at least one target\), got 3"
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: lag_copy_batch(torch.Generator(), 2, 3, vocab_size=VOCAB, lag=LAG), ValueError, _NO_TARGET),
+        (lambda: lag_copy_batch(0, 2, 5, vocab_size=VOCAB, lag=LAG), TypeError, "generator must be a torch.Generator"),
+        (
+            lambda: lag_copy_batch(torch.Generator(), 0, 5, vocab_size=VOCAB, lag=LAG),
+            ValueError,
+            "batch must be >= 1, got 0",
+        ),
+        (
+            lambda: lag_copy_batch(torch.Generator(), 2, 5, vocab_size=True, lag=LAG),
+            TypeError,
+            "vocab_size must be an integer",
+        ),
+        (lambda: lag_copy_targets(torch.zeros(2, 3, dtype=torch.long), lag=3), ValueError, "longer than lag = 3"),
+        (lambda: lag_copy_targets(torch.zeros(2, 5), lag=3), TypeError, "tokens must be int64"),
+        (
+            lambda: lag_copy_targets(torch.zeros(5, dtype=torch.long), lag=3),
+            ValueError,
+            "tokens must have 2 dimensions",
+        ),
+        (
+            lambda: accuracy_per_position(Constant(VOCAB), length=3, lag=LAG, vocab_size=VOCAB, seed=0),
+            ValueError,
+            "length must be > lag = 3",
+        ),
+        (
+            lambda: accuracy_per_position(Constant(VOCAB), length=5, lag=LAG, vocab_size=VOCAB, seed=0.5),
+            TypeError,
+            "seed must be an integer",
+        ),
+    ],
+)
+def test_batches_and_accuracy_validate_their_arguments(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+def test_a_model_that_cannot_take_the_length_raises_instead_of_scoring():
+    model = TinyTransformer(
+        VOCAB, position="learned", position_options={"max_positions": 8}, dim=8, num_heads=2, device="cpu"
+    )
+    with pytest.raises(ValueError, match="max_positions=8"):
+        accuracy_per_position(model, length=12, lag=LAG, vocab_size=VOCAB, batch=4, seed=0)
