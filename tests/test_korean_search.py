@@ -15,15 +15,17 @@ korean_search = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(korean_search)
 
 
-@pytest.mark.parametrize(
-    ("word", "stem"),
-    [
-        ("트랜스포머는", "트랜스포머"), ("트랜스포머의", "트랜스포머"), ("트랜스포머", "트랜스포머"),
-        ("위치를", "위치"), ("위치에서", "위치"), ("위치로", "위치"), ("위치와", "위치"),
-        ("회전으로", "회전"), ("회전은", "회전"), ("편향이", "편향"), ("거리만", "거리"),
-        ("각도", "각도"), ("효과", "효과"), ("나는", "나는"),  # never fewer than two syllables left
-    ],
-)
+# fmt: off
+STEMS = [  # (word, stem), a noun per line (the formatter would put each pair on its own line)
+    ("트랜스포머는", "트랜스포머"), ("트랜스포머의", "트랜스포머"), ("트랜스포머", "트랜스포머"),
+    ("위치를", "위치"), ("위치에서", "위치"), ("위치로", "위치"), ("위치와", "위치"),
+    ("회전으로", "회전"), ("회전은", "회전"), ("편향이", "편향"), ("거리만", "거리"),
+    ("각도", "각도"), ("효과", "효과"), ("나는", "나는"),  # never fewer than two syllables left
+]
+# fmt: on
+
+
+@pytest.mark.parametrize(("word", "stem"), STEMS)
 def test_particles_are_removed(word, stem):
     assert korean_search.strip_particle(word) == stem
 

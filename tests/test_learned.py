@@ -63,6 +63,7 @@ def test_bad_arguments_raise_clear_errors(call, error, pattern):
 
 def test_known_tables_match_the_reference_configurations():
     import transformers  # test-only dependency, pinned in requirements.txt
+
     bert, gpt2 = transformers.BertConfig(), transformers.GPT2Config()
     assert KNOWN_TABLES["bert-base"] == (bert.max_position_embeddings, bert.hidden_size) == (512, 768)
     assert KNOWN_TABLES["gpt2"] == (gpt2.n_positions, gpt2.n_embd) == (1024, 768)

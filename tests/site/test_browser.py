@@ -22,9 +22,11 @@ from conftest import ROOT, SITE
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 SKIP = {"_static", "_sources", "_images"}
-PAGES = sorted(
-    str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (SKIP & set(p.relative_to(SITE).parts))
-) if SITE.is_dir() else []
+PAGES = (
+    sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (SKIP & set(p.relative_to(SITE).parts)))
+    if SITE.is_dir()
+    else []
+)
 NOTEBOOK_PAGES = {
     str(p.relative_to(ROOT).with_suffix(".html")): str(p.relative_to(ROOT))
     for p in (ROOT / "book").rglob("*.ipynb")
@@ -112,7 +114,9 @@ def test_page(page_path, site, base_url, browser, screenshots):
             """() => Promise.all(Array.from(document.images).map(img => {
                    img.loading = 'eager'; return img.decode().catch(() => null); }))"""
         )
-        for src in page.evaluate("Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"):
+        for src in page.evaluate(
+            "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+        ):
             problems.append(f"image not loaded: {src}")
 
         # Internal links: the target file exists, and so does the anchor it points to.
@@ -137,7 +141,9 @@ def test_page(page_path, site, base_url, browser, screenshots):
         elif colab:
             problems.append(f"a Colab link on a page that is not a notebook: {colab}")
 
-        page.screenshot(path=str(screenshots / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True)
+        page.screenshot(
+            path=str(screenshots / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True
+        )
     finally:
         context.close()
 

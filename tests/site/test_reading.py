@@ -54,7 +54,9 @@ def search(browser, base_url: str, query: str, screenshot: Path | None = None) -
             " return s && s.innerText.trim().length > 0; }",
             timeout=20000,
         )
-        hrefs = page.evaluate("Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.href)")
+        hrefs = page.evaluate(
+            "Array.from(document.querySelectorAll('#search-results ul.search li a')).map(a => a.href)"
+        )
         if screenshot:
             page.screenshot(path=str(screenshot), full_page=True)
         return {urlsplit(h).path.lstrip("/") for h in hrefs}
@@ -97,11 +99,15 @@ def test_figures_are_opaque_images_with_korean_descriptions(browser, base_url):
         for chapter in CHAPTERS:
             page.goto(base_url + chapter)
             described = page.evaluate(
-                """() => Array.from(document.querySelectorAll('article img')).filter(i => i.src.includes('/_images/'))
-                     .map(i => [i.src, i.alt || '', (i.closest('figure')?.querySelector('figcaption')?.innerText) || ''])"""
+                """() => Array.from(document.querySelectorAll('article img'))
+                     .filter(i => i.src.includes('/_images/'))
+                     .map(i => [i.src, i.alt || '',
+                                (i.closest('figure')?.querySelector('figcaption')?.innerText) || ''])"""
             )
             for src, alt, caption in described:
-                assert HANGUL.search(alt) or HANGUL.search(caption), f"{chapter}: figure {src} has no Korean alt text or caption"
+                assert HANGUL.search(alt) or HANGUL.search(caption), (
+                    f"{chapter}: figure {src} has no Korean alt text or caption"
+                )
     finally:
         page.close()
 
@@ -116,9 +122,12 @@ def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
         page.wait_for_load_state("networkidle")
         assert page.evaluate("document.documentElement.dataset.theme") == mode
         backgrounds = page.evaluate(
-            """() => Array.from(document.querySelectorAll('article img')).filter(i => i.src.includes('/_images/'))
-                 .map(i => { const c = document.createElement('canvas'); c.width = i.naturalWidth; c.height = i.naturalHeight;
-                             const g = c.getContext('2d'); g.drawImage(i, 0, 0); return g.getImageData(1, 1, 1, 1).data[3]; })"""
+            """() => Array.from(document.querySelectorAll('article img'))
+                 .filter(i => i.src.includes('/_images/'))
+                 .map(i => { const c = document.createElement('canvas');
+                             c.width = i.naturalWidth; c.height = i.naturalHeight;
+                             const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+                             return g.getImageData(1, 1, 1, 1).data[3]; })"""
         )
         assert backgrounds and all(alpha == 255 for alpha in backgrounds)  # figures paint their own background
         page.screenshot(path=str(screenshots / f"theme-{mode}.png"), full_page=True)
@@ -126,7 +135,7 @@ def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
         context.close()
 
 
-@pytest.mark.parametrize("page_path", CHAPTERS + ["search.html"])
+@pytest.mark.parametrize("page_path", [*CHAPTERS, "search.html"])
 def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screenshots):
     context = browser.new_context(viewport=PHONE)
     page = context.new_page()
@@ -141,7 +150,8 @@ def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screens
                          const o = getComputedStyle(a).overflowX; if (o !== 'visible') return true; } return false; };
                        return Array.from(document.querySelectorAll('article *'))
                          .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !scrolls(e))
-                         .slice(0, 5).map(e => e.tagName.toLowerCase() + '.' + e.className + ': ' + e.innerText.slice(0, 40)); }"""
+                         .slice(0, 5)
+                         .map(e => e.tagName.toLowerCase() + '.' + e.className + ': ' + e.innerText.slice(0, 40)); }"""
         )
         if page_path == "book/04_relative.html":
             page.screenshot(path=str(screenshots / "phone.png"), full_page=True)
