@@ -1,7 +1,8 @@
 """Benchmark: RoPE on q and k of shape (1, 8, 4096, 128), float32 (book chapter 5).
 
 Compared in one run, with one thread and with the default number of threads:
-  * posenc.RotaryEmbedding.forward (pairing="half"), and with pairing="interleaved";
+  * posenc.RotaryEmbedding.forward (pairing="half"), and with pairing="interleaved": cos and sin of
+    positions * inv_freq computed in the call (as transformers does), then posenc's fast kernel;
   * transformers' LLaMA path: LlamaRotaryEmbedding (cos/sin for the positions) + apply_rotary_pos_emb;
   * transformers' Cohere path (interleaved pairs), standing in for torchtune, which needs torchao
     and does not install cleanly beside torch 2.13 here;
@@ -43,20 +44,30 @@ def measure() -> dict[str, dict[str, float]]:
     positions = torch.arange(s)
     position_ids = positions[None]
     rope_parameters = {"rope_type": "default", "rope_theta": 10000.0}
-    llama_rotary = llama.LlamaRotaryEmbedding(LlamaConfig(hidden_size=h * d, num_attention_heads=h, head_dim=d,
-                                                          max_position_embeddings=s, rope_parameters=rope_parameters))
-    cohere_rotary = cohere.CohereRotaryEmbedding(CohereConfig(hidden_size=h * d, num_attention_heads=h,
-                                                              max_position_embeddings=s, rope_parameters=rope_parameters))
+    llama_rotary = llama.LlamaRotaryEmbedding(
+        LlamaConfig(
+            hidden_size=h * d,
+            num_attention_heads=h,
+            head_dim=d,
+            max_position_embeddings=s,
+            rope_parameters=rope_parameters,
+        )
+    )
+    cohere_rotary = cohere.CohereRotaryEmbedding(
+        CohereConfig(
+            hidden_size=h * d, num_attention_heads=h, max_position_embeddings=s, rope_parameters=rope_parameters
+        )
+    )
     ours_half = RotaryEmbedding(d, max_positions=s, pairing="half")
     ours_interleaved = RotaryEmbedding(d, max_positions=s, pairing="interleaved")
 
     # Same results before timing anything.
     cos, sin = llama_rotary(q, position_ids)
     expected = llama.apply_rotary_pos_emb(q, k, cos, sin)
-    for got, want in zip(ours_half(q, k, positions), expected):
+    for got, want in zip(ours_half(q, k, positions), expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     cos, sin = cohere_rotary(q, position_ids)
-    for got, want in zip(ours_interleaved(q, k, positions), cohere.apply_rotary_pos_emb(q, k, cos, sin)):
+    for got, want in zip(ours_interleaved(q, k, positions), cohere.apply_rotary_pos_emb(q, k, cos, sin), strict=True):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
     statements = {
@@ -88,8 +99,10 @@ def main() -> int:
             print(f"  {threads}: " + "  ".join(f"{name} {t * 1e3:.2f} ({t / base:.2f})" for name, t in row.items()))
             vs_transformers = row["posenc half"] / base
             vs_floor = row["posenc half"] / row["clone floor"]
-            print(f"    posenc half: {vs_transformers:.2f}x transformers (target <= {TARGET_VS_TRANSFORMERS}), "
-                  f"{vs_floor:.2f}x the clone floor (target <= {TARGET_VS_FLOOR})")
+            print(
+                f"    posenc half: {vs_transformers:.2f}x transformers (target <= {TARGET_VS_TRANSFORMERS}), "
+                f"{vs_floor:.2f}x the clone floor (target <= {TARGET_VS_FLOOR})"
+            )
             if tunables:
                 verdicts.append(vs_transformers <= TARGET_VS_TRANSFORMERS and vs_floor <= TARGET_VS_FLOOR)
     print("\ntargets met (steady-allocator run):", all(verdicts))

@@ -5,6 +5,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from posenc import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 
@@ -22,7 +24,9 @@ def reference_table(n, d, base=10000.0):
 
 @pytest.mark.parametrize(("n", "d", "base"), [(1, 2, 10000.0), (50, 16, 10000.0), (33, 6, 100.0), (64, 128, 500000.0)])
 def test_values_equal_the_formula(n, d, base):
-    torch.testing.assert_close(sinusoidal_table(n, d, base=base, dtype=torch.float64), reference_table(n, d, base), atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        sinusoidal_table(n, d, base=base, dtype=torch.float64), reference_table(n, d, base), atol=1e-12, rtol=0
+    )
 
 
 def test_layout_even_sin_odd_cos_and_position_zero():
@@ -68,6 +72,31 @@ def test_shift_matrix_moves_every_position_by_k(d, k):
     torch.testing.assert_close(pe @ m.T, shifted, atol=1e-10, rtol=0)  # PE(pos + k) = M(k) PE(pos), row-wise
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    positions=st.lists(st.integers(-(10**6), 10**6), min_size=1, max_size=5),
+    k=st.integers(-(10**4), 10**4),
+    half_d=st.integers(1, 16),
+    base=st.floats(2.0, 1e6),
+)
+def test_shift_identity_holds_for_any_positions_offsets_and_bases(positions, k, half_d, base):
+    d = 2 * half_d
+    pe = sinusoidal_encoding(torch.tensor(positions), d, base=base, dtype=torch.float64)  # (n, d)
+    shifted = sinusoidal_encoding(torch.tensor(positions) + k, d, base=base, dtype=torch.float64)
+    # float64 angles of size up to 1e6 carry ~1e-10 of rounding, which the identity inherits.
+    torch.testing.assert_close(pe @ shift_matrix(k, d, base=base, dtype=torch.float64).T, shifted, atol=1e-8, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_frequencies_in_every_dtype_and_bit_identical_to_transformers_in_float32(dtype):
+    omega = sinusoid_frequencies(64, base=500000.0, dtype=dtype)
+    assert omega.dtype == dtype and omega.shape == (32,)
+    exact = torch.tensor([500000.0 ** (-2 * i / 64) for i in range(32)], dtype=torch.float64)
+    torch.testing.assert_close(omega.double(), exact, rtol=torch.finfo(dtype).eps, atol=0)
+    if dtype == torch.float32:  # transformers' default RoPE inv_freq, written its way
+        assert torch.equal(omega, 1.0 / (500000.0 ** (torch.arange(0, 64, 2, dtype=torch.int64).float() / 64)))
+
+
 def test_shift_matrix_is_an_orthogonal_block_diagonal_group():
     d = 16
     m3, m5 = shift_matrix(3, d, dtype=torch.float64), shift_matrix(5, d, dtype=torch.float64)
@@ -92,8 +121,9 @@ def test_encoding_accepts_any_shape_and_far_positions():
 
 
 def test_agrees_with_hugging_face_xlm_and_distilbert():
-    from transformers.models.xlm import modeling_xlm as xlm
     from transformers.models.distilbert import modeling_distilbert as distilbert
+    from transformers.models.xlm import modeling_xlm as xlm
+
     for n, d in [(512, 768), (100, 64), (10, 2)]:
         ours = sinusoidal_table(n, d)
         for create in (xlm.create_sinusoidal_embeddings, distilbert.create_sinusoidal_embeddings):
@@ -104,6 +134,7 @@ def test_agrees_with_hugging_face_xlm_and_distilbert():
 def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_base():
     # fairseq / tensor2tensor style: [all sines | all cosines], omega_i = 10000^(-i/(d/2 - 1)).
     from transformers.models.m2m_100 import modeling_m2m_100 as m2m
+
     n, d = 64, 32
     theirs = m2m.M2M100SinusoidalPositionalEmbedding.get_embedding(n, d)
     ours = sinusoidal_table(n, d, base=10000.0 ** (d / (d - 2)))
@@ -125,6 +156,15 @@ def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_bas
         (lambda: sinusoidal_table(10, 8, dtype=torch.int64), TypeError, "dtype must be a floating-point"),
         (lambda: sinusoidal_encoding([1, 2], 8), TypeError, "positions must be a torch.Tensor"),
         (lambda: sinusoidal_encoding(torch.tensor([True]), 8), TypeError, "positions must be an integer or real"),
+        (
+            lambda: sinusoidal_encoding(torch.tensor([1.0, float("nan")]), 8),
+            ValueError,
+            "positions must be finite, got nan",
+        ),
+        (lambda: sinusoidal_encoding(torch.tensor([1, 2]), 8, base=1.0), ValueError, "base must be > 1"),
+        (lambda: sinusoid_frequencies(8, dtype=torch.int64), TypeError, "dtype must be a floating-point"),
+        (lambda: sinusoid_frequencies(8, base=-3.0), ValueError, "base must be > 1, got -3"),
+        (lambda: sinusoid_frequencies(True), TypeError, "dim must be an integer"),
         (lambda: shift_matrix(1, 5), ValueError, "dim must be even"),
         (lambda: shift_matrix("1", 4), TypeError, "k must be a real number"),
         (lambda: shift_matrix(float("nan"), 4), ValueError, "k must be finite"),

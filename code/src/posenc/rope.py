@@ -20,243 +20,229 @@ Which features form a pair is a convention, named here explicitly (``pairing``):
 * ``"interleaved"``: feature ``2i`` with ``2i + 1`` -- RoFormer, Meta's original LLaMA code
   (complex numbers), torchtune, transformers' Cohere.
 
-Numerics follow transformers exactly: inverse frequencies are computed in float32 the way its
-``modeling_rope_utils`` does, angles are ``float32(position) * inv_freq`` and cos/sin are cast to
-the input's dtype, so results agree with it to float32 rounding at every position. The one
-deliberate exception is float64 input, whose angles are computed in float64 (transformers would
-round them to float32), so that the book's identities hold to 1e-12.
+The frequencies :math:`\theta_i` are imported from :func:`posenc.sinusoid_frequencies` (RoPE
+rotates by the sinusoidal encoding's frequencies); the scaled variants are the registry of
+:mod:`posenc.rope_scaling`. Numerics follow transformers exactly: inverse frequencies are float32
+as in its ``modeling_rope_utils``, angles are ``float32(position) * inv_freq`` and cos/sin are cast
+to the input's dtype, so results agree with it to float32 rounding at every position. The one
+deliberate exception is float64 input, whose angles are computed in float64 from the same float32
+frequencies (transformers would round them to float32), so that the book's identities hold to 1e-12.
+
+Two forms of the rotation stand side by side: :func:`rope_rotate_reference`, the formula
+:math:`x \cos + \operatorname{rotate}(x) \sin` in a few lines, and :func:`rope_rotate`, the fast
+kernel that :func:`apply_rope` and :class:`RotaryEmbedding` use; the tests hold them equal.
 
 Shapes:
-    b: batch, h: heads, s: sequence length, d: rotated head dim (even).
+    b: batch, h: heads, s: sequence length, d: head dim (even), r: rotated features (``r = d``
+    unless ``partial_rotary_factor < 1``, GPT-NeoX; the last ``d - r`` features pass unchanged).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_even_dim, check_int, check_integer_tensor, check_real, check_tensor
+from posenc._checks import check_int, check_integer_tensor, check_real, check_tensor, float_dtype
+from posenc.rope_scaling import LENGTH_DEPENDENT, ROPE_TYPES, _inv_freq, _resolve
 
-__all__ = ["PAIRINGS", "ROPE_TYPES", "RotaryEmbedding", "apply_rope", "rope_cos_sin", "rope_inv_freq"]
+__all__ = [
+    "PAIRINGS",
+    "ROPE_TYPES",
+    "RotaryEmbedding",
+    "apply_rope",
+    "rope_cos_sin",
+    "rope_inv_freq",
+    "rope_rotate",
+    "rope_rotate_reference",
+]
 
 PAIRINGS = ("half", "interleaved")
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
-# For each rope_type: the keys it requires and the optional keys with their defaults
-# (the names and defaults of transformers' rope_parameters).
-_REQUIRED = {
-    "default": (),
-    "linear": ("factor",),
-    "dynamic": ("factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings"),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-}
-_OPTIONAL = {
-    "default": {},
-    "linear": {},
-    "dynamic": {},
-    "yarn": {"beta_fast": 32.0, "beta_slow": 1.0, "attention_factor": None, "mscale": None, "mscale_all_dim": None, "truncate": True},
-    "llama3": {},
-}
-_INTEGER_KEYS = ("original_max_position_embeddings",)
-
-
-def _check_scaling(scaling: object) -> tuple[str, dict]:
-    """Validate a rope_parameters-style dict; return its type and the full parameters with defaults."""
-    if scaling is None:
-        return "default", {}
-    if not isinstance(scaling, Mapping):
-        raise TypeError(f"scaling must be a dict (transformers' rope_parameters) or None, got {type(scaling).__name__}")
-    rope_type = scaling.get("rope_type", "default")
-    if rope_type not in ROPE_TYPES:
-        raise ValueError(f"scaling['rope_type'] must be one of {ROPE_TYPES}, got {rope_type!r}")
-    allowed = {"rope_type", "rope_theta", *_REQUIRED[rope_type], *_OPTIONAL[rope_type]}
-    unknown = sorted(set(scaling) - allowed)
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} for rope_type {rope_type!r}; allowed: {sorted(allowed)}")
-    if "rope_theta" in scaling:
-        raise ValueError("pass the RoPE base as base=..., not as scaling['rope_theta']")
-    missing = [key for key in _REQUIRED[rope_type] if key not in scaling]
-    if missing:
-        raise ValueError(f"rope_type {rope_type!r} needs scaling keys {missing}")
-    params = {**_OPTIONAL[rope_type], **{k: v for k, v in scaling.items() if k != "rope_type"}}
-    for key in _INTEGER_KEYS:
-        if key in params:
-            params[key] = check_int(f"scaling['{key}']", params[key], minimum=1)
-    if "factor" in params:
-        params["factor"] = check_real("scaling['factor']", params["factor"])
-        if params["factor"] < 1:
-            raise ValueError(f"scaling['factor'] must be >= 1 (it stretches the context), got {params['factor']:g}")
-    if rope_type == "llama3":
-        low = check_real("scaling['low_freq_factor']", params["low_freq_factor"], greater_than=0)
-        high = check_real("scaling['high_freq_factor']", params["high_freq_factor"], greater_than=0)
-        if not high > low:
-            raise ValueError(f"scaling['high_freq_factor'] must be > low_freq_factor, got {high:g} <= {low:g}")
-    if rope_type == "yarn":
-        for key in ("beta_fast", "beta_slow"):
-            params[key] = check_real(f"scaling['{key}']", params[key], greater_than=0)
-        for key in ("attention_factor", "mscale", "mscale_all_dim"):
-            if params[key] is not None:
-                params[key] = check_real(f"scaling['{key}']", params[key], greater_than=0)
-        if not isinstance(params["truncate"], bool):
-            raise TypeError(f"scaling['truncate'] must be a bool, got {params['truncate']!r}")
-    return rope_type, params
-
-
-def _default_inv_freq(dim: int, base: float) -> Tensor:
-    # theta_i = base^(-2i/d), in float32 as transformers computes it.
-    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))  # (d/2,)
-
-
-def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+# float32 represents every integer up to 2^24 exactly; beyond it float32(position) is rounded and
+# two positions can share an angle. float64 angles are exact up to 2^53.
+_EXACT_POSITIONS = {torch.float32: 2**24, torch.float64: 2**53}
 
 
 def rope_inv_freq(
     head_dim: int,
     *,
-    base: float = 10000.0,
+    base: float | None = None,
     scaling: Mapping | None = None,
     seq_len: int | None = None,
 ) -> tuple[Tensor, float]:
     r"""Inverse frequencies :math:`\theta_i` of RoPE, and the factor that cos and sin are multiplied by.
 
-    ``scaling`` is a dict in the style of transformers' ``rope_parameters`` (without ``rope_theta``,
-    which is ``base`` here):
+    Dispatches through the registry :data:`posenc.rope_scaling.ROPE_SCALINGS` (formulas and papers
+    there): ``default`` (arXiv:2104.09864, chapter 5), ``linear`` (PI, arXiv:2306.15595), ``dynamic``
+    (dynamic NTK), ``yarn`` (arXiv:2309.00071), ``llama3`` (arXiv:2407.21783), ``longrope``
+    (arXiv:2402.13753, Phi-3) and ``proportional`` (chapter 6).
 
-    * ``None`` or ``{"rope_type": "default"}``: :math:`\theta_i = \text{base}^{-2i/d}`.
-    * ``"linear"`` (position interpolation, arXiv:2306.15595): :math:`\theta_i / \text{factor}`.
-    * ``"dynamic"`` (dynamic NTK): for ``seq_len`` beyond ``original_max_position_embeddings`` the base
-      grows to :math:`\text{base}\,(\text{factor}\cdot s / L_0 - (\text{factor} - 1))^{d/(d-2)}`;
-      shorter sequences keep the original frequencies.
-    * ``"yarn"`` (arXiv:2309.00071): interpolates low frequencies, keeps high ones, ramps between
-      the dimensions that turn ``beta_slow`` and ``beta_fast`` times within the original context;
-      cos and sin are scaled by ``attention_factor`` (default :math:`0.1 \ln(\text{factor}) + 1`).
-    * ``"llama3"`` (Llama 3.1): divides frequencies whose wavelength exceeds
-      ``original_max_position_embeddings / low_freq_factor`` by ``factor``, keeps those shorter than
-      ``.../ high_freq_factor``, and blends in between.
+    ``scaling`` is a model's ``rope_scaling`` from ``config.json`` (legacy key ``"type"`` accepted)
+    or transformers 5's ``config.rope_parameters``. ``base`` defaults to the dict's ``rope_theta``,
+    else 10000; giving both with different values is an error. With ``partial_rotary_factor`` in the
+    dict (GPT-NeoX), only the first ``r = int(head_dim * partial_rotary_factor)`` features rotate and
+    ``r/2`` frequencies are returned. ``seq_len`` (the length processed, ``max(position) + 1``)
+    matters for ``dynamic`` and ``longrope`` only. Two values that models keep at the top level of
+    their config are read from the dict: ``original_max_position_embeddings`` (required by
+    ``dynamic``, ``yarn``, ``llama3``, ``longrope``) and, for ``longrope`` without ``factor``,
+    ``max_position_embeddings`` (Phi-3: ``factor = max_position_embeddings / original``).
+    :func:`posenc.rope_settings` reads all of this from a model's config.
 
     Shapes:
-        returns ``inv_freq (d/2,)`` float32 and ``attention_scale`` (a float; 1.0 except for YaRN).
+        returns ``inv_freq (r/2,)`` float32 (``r = d`` unless partial) and ``attention_scale`` (a float).
     """
-    dim = check_even_dim("head_dim", head_dim)
-    base = check_real("base", base, greater_than=1.0)
-    rope_type, p = _check_scaling(scaling)
+    rope = _resolve(head_dim, base, scaling)
     if seq_len is not None:
         seq_len = check_int("seq_len", seq_len, minimum=1)
-
-    if rope_type == "default":
-        return _default_inv_freq(dim, base), 1.0
-    if rope_type == "linear":
-        return _default_inv_freq(dim, base) / p["factor"], 1.0
-    if rope_type == "dynamic":
-        original = p["original_max_position_embeddings"]
-        if seq_len is None or seq_len <= original:
-            return _default_inv_freq(dim, base), 1.0  # within the original context: unchanged
-        # transformers' models grow the base with the length as a tensor, i.e. in float32: do the same.
-        length = torch.tensor(seq_len)
-        grown = base * ((p["factor"] * length / original) - (p["factor"] - 1)) ** (dim / (dim - 2))
-        return _default_inv_freq(dim, grown), 1.0
-    if rope_type == "llama3":
-        inv_freq = _default_inv_freq(dim, base)
-        factor, original = p["factor"], p["original_max_position_embeddings"]
-        low_wavelen = original / p["low_freq_factor"]
-        high_wavelen = original / p["high_freq_factor"]
-        wavelen = 2 * math.pi / inv_freq
-        scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)  # long waves: interpolate
-        smooth = (original / wavelen - p["low_freq_factor"]) / (p["high_freq_factor"] - p["low_freq_factor"])
-        blended = (1 - smooth) * scaled / factor + smooth * scaled
-        is_medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-        return torch.where(is_medium, blended, scaled), 1.0
-
-    # YaRN, with transformers' arithmetic (float32 frequencies, float64 Python scalars).
-    factor, original = p["factor"], p["original_max_position_embeddings"]
-    attention_factor = p["attention_factor"]
-    if attention_factor is None:
-        if p["mscale"] and p["mscale_all_dim"]:
-            attention_factor = _yarn_mscale(factor, p["mscale"]) / _yarn_mscale(factor, p["mscale_all_dim"])
-        else:
-            attention_factor = _yarn_mscale(factor)
-
-    def correction_dim(num_rotations: float) -> float:
-        # The pair whose wavelength fits num_rotations times into the original context.
-        return (dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(p["beta_fast"]), correction_dim(p["beta_slow"])
-    if p["truncate"]:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001  # avoid a zero-width ramp, as transformers does
-    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
-    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
-    keep = 1 - ramp  # 1: keep the original frequency (fast pairs), 0: interpolate (slow pairs)
-    return interpolation * (1 - keep) + extrapolation * keep, float(attention_factor)
+    return _inv_freq(rope, seq_len)
 
 
-def _check_pairing(pairing: object) -> str:
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
-    return pairing
+def _cos_sin(positions: Tensor, inv_freq: Tensor, scale: float, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Unchecked kernel of :func:`rope_cos_sin`."""
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    angles = positions[..., None].to(compute) * inv_freq.to(compute)  # (..., d/2): m * theta_i
+    if scale == 1.0:
+        return angles.cos().to(dtype), angles.sin().to(dtype)
+    return (angles.cos() * scale).to(dtype), (angles.sin() * scale).to(dtype)
 
 
-def _check_positions(positions: object, *, seq_len: int, batch: int | None = None) -> Tensor:
-    check_integer_tensor("positions", positions)
-    if positions.dim() not in (1, 2) or positions.shape[-1] != seq_len or (
-        positions.dim() == 2 and batch is not None and positions.shape[0] not in (1, batch)
-    ):
-        raise ValueError(f"positions must be (s,) or (b, s) with s = {seq_len}, got shape {tuple(positions.shape)}")
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got {int(positions.min())}")
+def _check_positions(positions: object, *, name: str = "positions", compute: torch.dtype = torch.float32) -> Tensor:
+    """Integer positions as int64 (indexing with uint8 would be a boolean mask), >= 0, exact in ``compute``."""
+    check_integer_tensor(name, positions)
+    positions = positions.long()
+    if positions.numel():
+        low, high = int(positions.min()), int(positions.max())
+        if low < 0:
+            raise ValueError(f"{name} must be >= 0, got {low}")
+        limit = _EXACT_POSITIONS[torch.float64 if compute == torch.float64 else torch.float32]
+        if high > limit:
+            raise ValueError(
+                f"{name} must be <= 2**{limit.bit_length() - 1} = {limit} to be exact in {compute} angles, got {high}"
+            )
     return positions
 
 
 def rope_cos_sin(
     positions: Tensor, inv_freq: Tensor, *, attention_scale: float = 1.0, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin of the angles ``position * inv_freq``, times ``attention_scale``, cast to ``dtype``.
+    r"""cos and sin of the angles :math:`m\,\theta_i`, times ``attention_scale``, cast to ``dtype``.
 
     The angles are float32, as in transformers, except for float64 output, where they are float64
-    (so that the book's identities hold to 1e-12 at any position).
+    (so that the book's identities hold to 1e-12 at any position). Chapter 5.
 
     Shapes:
-        positions ``(...)``, inv_freq ``(d/2,)``; returns cos and sin ``(..., d/2)`` in ``dtype``.
+        positions ``(...)`` integers >= 0, inv_freq ``(d/2,)``; returns cos and sin ``(..., d/2)`` in ``dtype``.
     """
-    compute = torch.float64 if dtype == torch.float64 else torch.float32
-    angles = positions[..., None].to(compute) * inv_freq.to(compute)  # (..., d/2)
-    return (angles.cos() * attention_scale).to(dtype), (angles.sin() * attention_scale).to(dtype)
+    dtype = float_dtype("dtype", dtype)
+    positions = _check_positions(positions, compute=dtype)
+    check_tensor("inv_freq", inv_freq, ndim=1, floating=True)
+    if not bool(inv_freq.isfinite().all()):
+        raise ValueError(f"inv_freq must be finite, got {inv_freq.tolist()}")
+    if inv_freq.device != positions.device:
+        raise ValueError(f"positions ({positions.device}) and inv_freq ({inv_freq.device}) must be on one device")
+    attention_scale = check_real("attention_scale", attention_scale, greater_than=0.0)
+    return _cos_sin(positions, inv_freq, attention_scale, dtype)
+
+
+def _check_pairing(pairing: object) -> str:
+    if not isinstance(pairing, str) or pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    return pairing
+
+
+def _broadcastable(table: Tensor) -> Tensor:
+    # (s, d/2) broadcasts over (b, h) as it is; (b, s, d/2) -> (b, 1, s, d/2).
+    return table[:, None] if table.dim() == 3 else table
+
+
+def _check_rotation(x: object, cos: object, sin: object, pairing: object) -> tuple[Tensor, Tensor, Tensor, str]:
+    check_tensor("x", x, ndim=4, floating=True)
+    for name, table in (("cos", cos), ("sin", sin)):
+        check_tensor(name, table, floating=True)
+        if table.dim() not in (2, 3, 4) or table.device != x.device or table.dtype != x.dtype:
+            raise ValueError(
+                f"{name} must be (s, r/2), (b, s, r/2) or (b, 1|h, s, r/2) on {x.device} in {x.dtype} like x, "
+                f"got shape {tuple(table.shape)} on {table.device} in {table.dtype}"
+            )
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have one shape, got {tuple(cos.shape)} and {tuple(sin.shape)}")
+    rotary = 2 * cos.shape[-1]
+    if rotary > x.shape[-1] or rotary == 0:
+        raise ValueError(f"cos has {cos.shape[-1]} pairs, more than x's head_dim/2 = {x.shape[-1] // 2} (or none)")
+    try:
+        torch.broadcast_shapes(_broadcastable(cos).shape[:-1], x.shape[:-1])
+    except RuntimeError:
+        raise ValueError(f"cos {tuple(cos.shape)} does not broadcast to x {tuple(x.shape)}") from None
+    return x, _broadcastable(cos), _broadcastable(sin), _check_pairing(pairing)
+
+
+def rope_rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str = "half") -> Tensor:
+    r"""The rotation as the formula writes it: :math:`x' = x \odot \cos + \operatorname{rotate}(x) \odot \sin`.
+
+    ``rotate`` maps each pair :math:`(a, b)` to :math:`(-b, a)` (a quarter turn), so that pair by pair
+    :math:`(a', b') = (a \cos - b \sin,\ b \cos + a \sin)`, the 2x2 rotation of RoFormer
+    (arXiv:2104.09864, eq. 34). For ``"half"`` the pairs are ``(i, i + r/2)``, so ``rotate(x) =
+    [-x2, x1]`` with ``x1, x2`` the two halves; for ``"interleaved"`` they are ``(2i, 2i + 1)``, so
+    ``rotate(x)_{2i} = -x_{2i+1}`` and ``rotate(x)_{2i+1} = x_{2i}``. With fewer pairs in ``cos``
+    than in ``x`` (``r < d``, GPT-NeoX's partial rotary), the last ``d - r`` features pass unchanged.
+    Readable and slow (several temporaries); :func:`rope_rotate` is the fast form. Chapter 5.
+
+    Shapes:
+        x ``(b, h, s, d)``; cos, sin ``(s, r/2)``, ``(b, s, r/2)`` or ``(b, 1, s, r/2)`` in x's dtype;
+        returns ``(b, h, s, d)``.
+    """
+    x, cos, sin, pairing = _check_rotation(x, cos, sin, pairing)
+    r = 2 * cos.shape[-1]
+    x_rot, x_pass = x[..., :r], x[..., r:]  # (b, h, s, r), (b, h, s, d - r)
+    if pairing == "half":
+        x1, x2 = x_rot.chunk(2, dim=-1)  # (b, h, s, r/2) each
+        rotated = torch.cat((-x2, x1), dim=-1)  # (b, h, s, r)
+        cos, sin = (
+            torch.cat((cos, cos), dim=-1),
+            torch.cat((sin, sin), dim=-1),
+        )  # (..., s, r): pair i sits at i and i + r/2
+    else:
+        x1, x2 = x_rot[..., 0::2], x_rot[..., 1::2]  # (b, h, s, r/2) each
+        rotated = torch.stack((-x2, x1), dim=-1).flatten(-2)  # (b, h, s, r)
+        cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)  # (..., s, r): pair i at 2i, 2i+1
+    return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)  # (b, h, s, d)
+
+
+def _prepare(cos: Tensor, sin: Tensor, pairing: str, x: Tensor) -> tuple[Tensor, ...]:
+    """cos and sin in the form the pairing's kernel reads fastest; built once per call, shared by q and k."""
+    if pairing == "half":
+        return torch.cat((cos, cos), dim=-1), sin  # (..., s, r): pair i sits at i and i + r/2; (..., s, r/2)
+    if x.dtype in (torch.float32, torch.float64):
+        return (torch.complex(cos, sin),)  # (..., s, r/2): exp(i m theta)
+    return cos, sin
 
 
 def _rotate_half(x: Tensor, cos_full: Tensor, sin: Tensor) -> Tensor:
-    """Pairs (i, i + d/2): out = x * [cos, cos] + [-x2, x1] * [sin, sin], in three passes over x."""
+    """Pairs (i, i + d/2): out = x * [cos, cos], then two in-place fused multiply-adds on the halves."""
     half = x.shape[-1] // 2
-    out = x * cos_full  # (b, h, s, d): a cos | b cos
-    out[..., :half].addcmul_(x[..., half:], sin, value=-1)  # a cos - b sin
-    out[..., half:].addcmul_(x[..., :half], sin)  # b cos + a sin
+    out = x * cos_full  # (b, h, s, d): a cos | b cos -- the one full-size temporary
+    out[..., :half].addcmul_(x[..., half:], sin, value=-1)  # a cos - b sin, in place
+    out[..., half:].addcmul_(x[..., :half], sin)  # b cos + a sin, in place
     return out
 
 
 def _complex_view_ok(x: Tensor) -> bool:
     return (
-        x.dtype in (torch.float32, torch.float64)
-        and x.stride(-1) == 1
+        x.stride(-1) == 1
         and x.storage_offset() % 2 == 0
-        and all(stride % 2 == 0 for stride, size in zip(x.stride()[:-1], x.shape[:-1]) if size > 1)
+        and all(stride % 2 == 0 for stride, size in zip(x.stride()[:-1], x.shape[:-1], strict=True) if size > 1)
     )
 
 
-def _rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor, rotation: Tensor | None = None) -> Tensor:
-    """Pairs (2i, 2i + 1): as complex numbers a + ib times exp(i angle), one pass where possible."""
-    if _complex_view_ok(x):
-        if rotation is None:
-            rotation = torch.complex(cos.to(x.dtype), sin.to(x.dtype))  # (..., s, d/2)
-        z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (b, h, s, d/2), a view
-        return torch.view_as_real(z * rotation).flatten(-2)  # (b, h, s, d)
-    out = torch.empty_like(x)  # half precision, or a layout a complex view cannot take
+def _rotate_interleaved(x: Tensor, *tables: Tensor) -> Tensor:
+    """Pairs (2i, 2i + 1): the pair a + ib times exp(i angle), one complex multiply over a view of x."""
+    if len(tables) == 1 and _complex_view_ok(x):
+        z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (b, h, s, d/2) complex, a view: no copy
+        return torch.view_as_real(z * tables[0]).flatten(-2)  # (b, h, s, d)
+    cos, sin = (tables[0].real, tables[0].imag) if len(tables) == 1 else tables
+    out = torch.empty_like(x)  # half precision (no complex32 kernels on CPU), or a layout a complex view cannot take
     a, b, out_a, out_b = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
     torch.mul(a, cos, out=out_a)
     out_a.addcmul_(b, sin, value=-1)  # a cos - b sin
@@ -265,61 +251,102 @@ def _rotate_interleaved(x: Tensor, cos: Tensor, sin: Tensor, rotation: Tensor | 
     return out
 
 
+def _rotate_prepared(x: Tensor, tables: tuple[Tensor, ...], pairing: str, rotary: int) -> Tensor:
+    kernel = _rotate_half if pairing == "half" else _rotate_interleaved
+    if rotary == x.shape[-1]:
+        return kernel(x, *tables)
+    return torch.cat((kernel(x[..., :rotary], *tables), x[..., rotary:]), dim=-1)  # partial rotary: the rest passes
+
+
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor, pairing: str) -> Tensor:
-    """Rotate each pair (a, b) of x by the angle whose cos and sin are given: (a cos - b sin, b cos + a sin)."""
-    if pairing == "half":
-        return _rotate_half(x, torch.cat((cos, cos), dim=-1), sin)
-    return _rotate_interleaved(x, cos, sin)
+    """Unchecked kernel of :func:`rope_rotate`; cos and sin already broadcastable to (b, h, s, r/2)."""
+    return _rotate_prepared(x, _prepare(cos, sin, pairing, x), pairing, 2 * cos.shape[-1])
 
 
-def _broadcastable(table: Tensor) -> Tensor:
-    # (s, d/2) -> (s, d/2), broadcasting over (b, h); (b, s, d/2) -> (b, 1, s, d/2).
-    return table if table.dim() == 2 else table[:, None]
+def rope_rotate(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str = "half") -> Tensor:
+    r"""The fast kernel: the same rotation as :func:`rope_rotate_reference`, with fewer passes over ``x``.
+
+    Why it is fast (``x`` is the large tensor, cos and sin are ``b*h`` times smaller):
+
+    * ``"half"``: one product ``x * [cos, cos]`` allocates the output, then two in-place
+      ``addcmul_`` on its halves add :math:`\mp` the other half times sin. transformers' LLaMA path
+      (``q * cos + rotate_half(q) * sin``) writes four full-size temporaries (two halves negated and
+      concatenated, two products) before the sum.
+    * ``"interleaved"``: the pairs ``(2i, 2i+1)`` of a float32/float64 tensor are viewed as complex
+      numbers without a copy, and one complex multiply by :math:`e^{i m\theta}` rotates them all;
+      for half precision (no complex32 kernels on CPU) two products and two ``addcmul_`` write into
+      strided slices of one preallocated output.
+
+    Book: chapter 5. Validates its arguments; internal calls use the unchecked ``_rotate``.
+
+    Shapes:
+        x ``(b, h, s, d)``; cos, sin ``(s, r/2)``, ``(b, s, r/2)`` or ``(b, 1, s, r/2)`` in x's dtype
+        (``r < d``: the last ``d - r`` features pass unchanged); returns ``(b, h, s, d)``.
+    """
+    x, cos, sin, pairing = _check_rotation(x, cos, sin, pairing)
+    return _rotate(x, cos, sin, pairing)
+
+
+def _check_positions_for(x: Tensor, positions: object) -> Tensor:
+    """Positions (s,) or (b, s) for x (b, h, s, d), as int64 on x's device."""
+    positions = _check_positions(positions, compute=x.dtype)
+    b, s = x.shape[0], x.shape[2]
+    if (
+        positions.dim() not in (1, 2)
+        or positions.shape[-1] != s
+        or (positions.dim() == 2 and positions.shape[0] not in (1, b))
+    ):
+        raise ValueError(f"positions must be (s,) or (b, s) with s = {s}, b = {b}, got shape {tuple(positions.shape)}")
+    return positions.to(x.device)
+
+
+def _seq_len(positions: Tensor) -> int | None:
+    # The length a model has seen when it rotates these positions (dynamic NTK and LongRoPE read it).
+    return int(positions.max()) + 1 if positions.numel() else None
 
 
 def apply_rope(
     x: Tensor,
     positions: Tensor,
     *,
-    base: float = 10000.0,
+    base: float | None = None,
     pairing: str = "half",
     scaling: Mapping | None = None,
 ) -> Tensor:
-    """Rotate queries or keys ``x`` by their positions (a pure function; see :class:`RotaryEmbedding`).
+    """Rotate queries or keys ``x`` by their positions: a pure function (chapter 5).
 
-    For ``rope_type="dynamic"`` the frequencies follow the sequence length ``max(positions) + 1``.
+    ``base`` and ``scaling`` as in :func:`rope_inv_freq`; for the length-dependent types
+    (``dynamic``, ``longrope``) the length is ``max(positions) + 1``. Equals :class:`RotaryEmbedding`.
 
     Shapes:
-        x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers; returns ``(b, h, s, d)``.
+        x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers >= 0; returns ``(b, h, s, d)``.
     """
     check_tensor("x", x, ndim=4, floating=True)
     pairing = _check_pairing(pairing)
-    positions = _check_positions(positions, seq_len=x.shape[2], batch=x.shape[0])
-    seq_len = int(positions.max()) + 1 if positions.numel() else None
-    inv_freq, scale = rope_inv_freq(x.shape[-1], base=base, scaling=scaling, seq_len=seq_len)
-    cos, sin = rope_cos_sin(positions, inv_freq.to(x.device), attention_scale=scale, dtype=x.dtype)
+    rope = _resolve(x.shape[-1], base, scaling)
+    positions = _check_positions_for(x, positions)
+    inv_freq, scale = _inv_freq(rope, _seq_len(positions))
+    cos, sin = _cos_sin(positions, inv_freq.to(x.device), scale, x.dtype)  # (s, r/2) or (b, s, r/2)
     return _rotate(x, _broadcastable(cos), _broadcastable(sin), pairing)
 
 
-def _consecutive(positions: Tensor) -> slice | None:
-    """``slice(p, p + s)`` if positions is the 1-D run ``p, p + 1, ..., p + s - 1``, else None."""
-    if positions.dim() != 1 or positions.numel() == 0:
-        return None
-    start = int(positions[0])
-    if positions.numel() > 1 and not bool((positions.diff() == 1).all()):
-        return None
-    return slice(start, start + positions.numel())
-
-
 class RotaryEmbedding(nn.Module):
-    """RoPE with cos/sin tables for positions ``0 .. max_positions - 1`` built once, in ``__init__``.
+    """RoPE as a module: the validated settings and the float32 ``inv_freq`` are built once, in ``__init__``.
 
-    ``forward(q, k, positions)`` looks the angles up and rotates both; it changes no state. With
-    ``rope_type="dynamic"`` the frequencies depend on the sequence length, so no table is kept and
-    each call computes them for ``max(positions) + 1``, still without storing anything.
+    ``forward(q, k, positions)`` computes cos and sin of ``positions * inv_freq`` in float32 (as
+    transformers does; float64 for float64 input) and rotates both with :func:`rope_rotate`'s kernel.
+    One code path serves every dtype and every ``rope_type``: for ``dynamic`` and ``longrope`` the
+    frequencies of the length ``max(positions) + 1`` are computed in the call, without storing
+    anything. ``forward`` changes no state, so a decode step (one query and key at position
+    ``n - 1``) equals the last row of the full pass.
+
+    ``inv_freq`` follows the module's device but never its dtype: ``.half()`` or
+    ``.to(torch.bfloat16)`` keep it float32 (a bf16 ``inv_freq`` would be off by 0.4% at every
+    position), see ``_apply``. Chapter 5; the scaling types in chapter 6.
 
     Shapes:
-        q ``(b, h_q, s, d)``, k ``(b, h_k, s, d)``, positions ``(s,)`` or ``(b, s)``; returns (q, k).
+        q ``(b, h_q, s, d)``, k ``(b, h_k, s, d)`` (grouped-query attention: ``h_k`` may differ),
+        positions ``(s,)`` or ``(b, s)`` integers in ``[0, max_positions)``; returns (q, k) rotated.
     """
 
     def __init__(
@@ -327,29 +354,24 @@ class RotaryEmbedding(nn.Module):
         head_dim: int,
         *,
         max_positions: int,
-        base: float = 10000.0,
+        base: float | None = None,
         pairing: str = "half",
         scaling: Mapping | None = None,
     ):
         super().__init__()
-        self.head_dim = check_even_dim("head_dim", head_dim)
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
-        self.base = check_real("base", base, greater_than=1.0)
         self.pairing = _check_pairing(pairing)
-        self.rope_type, _ = _check_scaling(scaling)
-        self.scaling = None if scaling is None else dict(scaling)
-        if self.rope_type == "dynamic":
-            self.cos = self.sin = None
-            return
-        inv_freq, scale = rope_inv_freq(self.head_dim, base=self.base, scaling=self.scaling)
-        cos, sin = rope_cos_sin(torch.arange(self.max_positions), inv_freq, attention_scale=scale)
-        self.register_buffer("cos", cos, persistent=False)  # (max_positions, d/2), float32
-        self.register_buffer("sin", sin, persistent=False)
-        # The same tables in the form each pairing's kernel reads fastest.
-        if self.pairing == "half":
-            self.register_buffer("cos_full", torch.cat((cos, cos), dim=-1), persistent=False)  # (max_positions, d)
-        else:
-            self.register_buffer("rotation", torch.complex(cos, sin), persistent=False)  # (max_positions, d/2)
+        self._rope = _resolve(head_dim, base, scaling)
+        self.head_dim, self.base, self.rope_type = self._rope.head_dim, self._rope.base, self._rope.rope_type
+        inv_freq, self.attention_scale = _inv_freq(self._rope, None)
+        self.register_buffer("inv_freq", inv_freq, persistent=False)  # (r/2,) float32
+
+    def _apply(self, fn, recurse=True):
+        # Let .to(device)/.cuda() move inv_freq, but keep it float32 under .half()/.double()/.to(dtype).
+        kept = self.inv_freq
+        super()._apply(fn, recurse)
+        self.inv_freq = kept.to(self.inv_freq.device)
+        return self
 
     def forward(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         check_tensor("q", q, ndim=4, floating=True)
@@ -358,23 +380,27 @@ class RotaryEmbedding(nn.Module):
             raise ValueError(f"q and k must have head_dim {self.head_dim}, got {tuple(q.shape)} and {tuple(k.shape)}")
         if k.shape[0] != q.shape[0] or k.shape[2] != q.shape[2]:
             raise ValueError(f"q and k must share batch and length, got {tuple(q.shape)} and {tuple(k.shape)}")
-        positions = _check_positions(positions, seq_len=q.shape[2], batch=q.shape[0])
+        if k.dtype != q.dtype or k.device != q.device:
+            raise ValueError(
+                f"q and k must share dtype and device, got {q.dtype} on {q.device} and {k.dtype} on {k.device}"
+            )
+        if q.device != self.inv_freq.device:
+            raise ValueError(
+                f"q is on {q.device} but this RotaryEmbedding is on {self.inv_freq.device}; move it with .to()"
+            )
+        positions = _check_positions_for(q, positions)
         if positions.numel() and int(positions.max()) >= self.max_positions:
             raise ValueError(
                 f"position {int(positions.max())} is past max_positions={self.max_positions} of this RotaryEmbedding"
             )
-        if self.cos is None or q.dtype == torch.float64:  # dynamic NTK, or float64 angles: no table
-            rotate = lambda t: apply_rope(t, positions, base=self.base, pairing=self.pairing, scaling=self.scaling)  # noqa: E731
-            return rotate(q), rotate(k)
-        rows = _consecutive(positions)  # a slice of the tables (a view) instead of a gather, when possible
-        lookup = (lambda table: table[rows]) if rows is not None else (lambda table: _broadcastable(table[positions]))
-        sin = lookup(self.sin).to(q.dtype)  # (s, d/2) or (b, 1, s, d/2)
-        if self.pairing == "half":
-            cos_full = lookup(self.cos_full).to(q.dtype)  # (s, d) or (b, 1, s, d)
-            return _rotate_half(q, cos_full, sin), _rotate_half(k, cos_full, sin)
-        cos = lookup(self.cos).to(q.dtype)
-        rotation = lookup(self.rotation) if q.dtype == torch.float32 else None
-        return _rotate_interleaved(q, cos, sin, rotation), _rotate_interleaved(k, cos, sin, rotation)
+        inv_freq, scale = self.inv_freq, self.attention_scale
+        if self.rope_type in LENGTH_DEPENDENT:  # frequencies of this length, computed, not stored
+            inv_freq, scale = _inv_freq(self._rope, _seq_len(positions))
+            inv_freq = inv_freq.to(q.device)
+        cos, sin = _cos_sin(positions, inv_freq, scale, q.dtype)  # (s, r/2) or (b, s, r/2)
+        tables = _prepare(_broadcastable(cos), _broadcastable(sin), self.pairing, q)  # once for q and k
+        rotary = 2 * cos.shape[-1]
+        return _rotate_prepared(q, tables, self.pairing, rotary), _rotate_prepared(k, tables, self.pairing, rotary)
 
     def extra_repr(self) -> str:
         return (

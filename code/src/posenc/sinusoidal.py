@@ -25,22 +25,45 @@ from posenc._checks import check_even_dim, check_int, check_real, check_tensor, 
 __all__ = ["shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
 
 
-def sinusoid_frequencies(dim: int, *, base: float = 10000.0) -> Tensor:
-    r"""Angular frequencies :math:`\omega_i = \text{base}^{-2i/d}` of the ``d/2`` pairs, in float64.
+def _frequencies(
+    dim: int, base: float | Tensor, dtype: torch.dtype = torch.float32, *, divided_by: float | Tensor | None = None
+) -> Tensor:
+    """Unchecked kernel of :func:`sinusoid_frequencies`: ``1 / (divided_by * base^(2i/d))``.
 
-    Pair ``i`` has wavelength :math:`2\pi / \omega_i = 2\pi\, \text{base}^{2i/d}`: a geometric
-    progression from :math:`2\pi` up to :math:`2\pi\, \text{base}^{(d-2)/d}`.
+    ``base`` may be a 0-d tensor (dynamic NTK's grown base); ``divided_by`` (a scalar or a ``(d/2,)``
+    tensor) divides the frequencies inside the reciprocal, as YaRN and LongRoPE write it in transformers.
+    """
+    # 1 / base^(2i/d), written exactly as transformers' modeling_rope_utils writes it, so that the
+    # float32 result is bit-identical to its inv_freq (RoPE rotates by these frequencies).
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(dtype) / dim  # (d/2,): 2i/d
+    if divided_by is None:
+        return 1.0 / (base**exponents)  # (d/2,)
+    return 1.0 / (divided_by * base**exponents)  # (d/2,)
+
+
+def sinusoid_frequencies(dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> Tensor:
+    r"""Angular frequencies :math:`\omega_i = \text{base}^{-2i/d}` of the ``d/2`` pairs.
+
+    The one home of this formula in posenc: the sinusoidal encoding (arXiv:1706.03762, chapter 2)
+    and every RoPE variant (:math:`\theta_i`, arXiv:2104.09864, chapters 5 and 6) import it. Pair ``i``
+    has wavelength :math:`2\pi / \omega_i = 2\pi\, \text{base}^{2i/d}`: a geometric progression from
+    :math:`2\pi` up to :math:`2\pi\, \text{base}^{(d-2)/d}`.
+
+    In float32 the result is bit-identical to transformers' default RoPE ``inv_freq``
+    (``1 / base ** (arange(0, d, 2).float() / d)``); float64 (the default) serves the sinusoidal tables.
 
     Shapes:
-        returns ``(d/2,)``, float64.
+        returns ``(d/2,)`` in ``dtype``.
     """
     dim = check_even_dim("dim", dim)
     base = check_real("base", base, greater_than=1.0)
-    exponents = torch.arange(0, dim, 2, dtype=torch.float64) / dim  # 2i/d
-    return base ** (-exponents)  # (d/2,)
+    dtype = float_dtype("dtype", dtype)
+    return _frequencies(dim, base, dtype)
 
 
-def sinusoidal_encoding(positions: Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+def sinusoidal_encoding(
+    positions: Tensor, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """The encoding of arbitrary (integer or real) positions, computed in float64 and cast to ``dtype``.
 
     Computing the angles ``pos * omega_i`` in float64 matters: in float32 the angle of position
@@ -52,15 +75,20 @@ def sinusoidal_encoding(positions: Tensor, dim: int, *, base: float = 10000.0, d
     check_tensor("positions", positions)
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be an integer or real tensor, got {positions.dtype}")
+    if positions.is_floating_point() and not bool(positions.isfinite().all()):
+        raise ValueError(f"positions must be finite, got {positions[~positions.isfinite()].flatten()[0].item()}")
     dim = check_even_dim("dim", dim)
+    base = check_real("base", base, greater_than=1.0)
     dtype = float_dtype("dtype", dtype)
-    omega = sinusoid_frequencies(dim, base=base).to(positions.device)  # (d/2,)
+    omega = _frequencies(dim, base, torch.float64).to(positions.device)  # (d/2,)
     angles = positions.to(torch.float64)[..., None] * omega  # (..., d/2)
     table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., d/2, 2): (sin, cos) per pair
     return table.flatten(-2).to(dtype)  # (..., d): sin at 2i, cos at 2i+1
 
 
-def sinusoidal_table(n_positions: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+def sinusoidal_table(
+    n_positions: int, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """The table of encodings of positions ``0 .. n_positions - 1``, one row per position.
 
     Shapes:
@@ -89,7 +117,7 @@ def shift_matrix(k: float, dim: int, *, base: float = 10000.0, dtype: torch.dtyp
     """
     k = check_real("k", k)
     dtype = float_dtype("dtype", dtype)
-    angle = k * sinusoid_frequencies(dim, base=base)  # (d/2,)
+    angle = k * sinusoid_frequencies(dim, base=base)  # (d/2,), float64
     cos, sin = angle.cos(), angle.sin()
     blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (d/2, 2, 2)
     return torch.block_diag(*blocks).to(dtype)  # (d, d)
