@@ -434,3 +434,18 @@ def test_bad_scalings_raise_errors_that_name_the_key(scaling, kwargs, error, pat
 def test_bad_configs_raise_clear_errors(config, error, pattern):
     with pytest.raises(error, match=pattern):
         rope_settings(config)
+
+
+def test_rope_settings_reads_gptj_rotary_dim_as_a_fraction():
+    # GPT-J-6B rotates rotary_dim = 64 of its 4096 / 16 = 256 features per head (config.json keys n_embd, n_head).
+    from transformers import GPTJConfig
+
+    published = {"model_type": "gptj", "n_embd": 4096, "n_head": 16, "rotary_dim": 64}
+    for config in (published, GPTJConfig()):
+        settings = rope_settings(config)
+        assert settings.rotary_fraction == 64 / 256
+        assert settings.scaling["partial_rotary_factor"] == 64 / 256
+    with pytest.raises(ValueError, match="rotary_dim must be <= the head dimension 256, got 512"):
+        rope_settings({**published, "rotary_dim": 512})
+    with pytest.raises(ValueError, match="rotary_dim = 64 and partial_rotary_factor = 0.5 disagree"):
+        rope_settings({**published, "partial_rotary_factor": 0.5})

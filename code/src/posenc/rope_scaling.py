@@ -501,12 +501,26 @@ def rope_settings(config: object) -> RopeSettings:
         params["partial_rotary_factor"] = fraction
         fraction = None
     base = DEFAULT_BASE if base is None else check_real("rope_theta", base, greater_than=1.0)
+    head_dim = _get(config, "qk_rope_head_dim") or _get(config, "head_dim")  # DeepSeek: the rotated part
+    width = _get(config, "hidden_size") or _get(config, "n_embd")  # config.json of GPT-J/GPT-2 style: n_embd, n_head
+    heads = _get(config, "num_attention_heads") or _get(config, "n_head")
+    if head_dim is None and width and heads:
+        head_dim = width // heads
+    rotary_dim = _get(config, "rotary_dim")  # GPT-J, CodeGen: the number of rotated features per head
+    if rotary_dim is not None:
+        rotary_dim = check_int("rotary_dim", rotary_dim, minimum=2)
+        if head_dim is None:
+            raise ValueError(f"rotary_dim = {rotary_dim} needs the head dimension, which this config does not give")
+        if rotary_dim > head_dim:
+            raise ValueError(f"rotary_dim must be <= the head dimension {head_dim}, got {rotary_dim}")
+        if fraction is not None and fraction * head_dim != rotary_dim:
+            raise ValueError(
+                f"rotary_dim = {rotary_dim} and partial_rotary_factor = {fraction} disagree for head dim {head_dim}"
+            )
+        fraction = rotary_dim / head_dim
     fraction = 1.0 if fraction is None else check_real("partial_rotary_factor", fraction, greater_than=0.0)
     if fraction != 1.0:
         params["partial_rotary_factor"] = fraction  # GPT-NeoX: pass the FULL head_dim, the dict says how much rotates
-    head_dim = _get(config, "qk_rope_head_dim") or _get(config, "head_dim")  # DeepSeek: the rotated part
-    if head_dim is None and _get(config, "hidden_size") and _get(config, "num_attention_heads"):
-        head_dim = _get(config, "hidden_size") // _get(config, "num_attention_heads")
     if head_dim is not None:  # validate now, so that a bad config fails here and names its key
         _resolve(head_dim, base, params)
     return RopeSettings(base, params, fraction)
