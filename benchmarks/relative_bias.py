@@ -73,7 +73,9 @@ def shaw_memory(heads: int = 4, max_relative: int = 16) -> None:
             (out_a, _), direct = tensor_memory_peak(shaw_attention_naive, q, k, v, rel_k, rel_v)
             (out_b, _), efficient = tensor_memory_peak(shaw_attention, q, k, v, rel_k, rel_v)
         torch.testing.assert_close(out_b, out_a, rtol=1e-4, atol=1e-5)
-        print(f"{length:>6} {dim:>4} {direct / 2**20:>8.1f} MiB {efficient / 2**20:>8.1f} MiB {direct / efficient:>19.1f}")
+        print(
+            f"{length:>6} {dim:>4} {direct / 2**20:>8.1f} MiB {efficient / 2**20:>8.1f} MiB {direct / efficient:>19.1f}"
+        )
 
 
 def main() -> int:
@@ -88,11 +90,15 @@ def main() -> int:
         floor_ratios.append(times["posenc"] / times["zero-fill floor"])
     shaw_memory()
     default, huge = ratios
-    print(f"\nT5 bias, posenc / transformers: {default:.3f} with default malloc, {huge:.3f} with huge pages "
-          f"(target <= {T5_TARGET}); posenc / zero-fill floor: {floor_ratios[0]:.2f}, {floor_ratios[1]:.2f}")
+    print(
+        f"\nT5 bias, posenc / transformers: {default:.3f} with default malloc, {huge:.3f} with huge pages "
+        f"(target <= {T5_TARGET}); posenc / zero-fill floor: {floor_ratios[0]:.2f}, {floor_ratios[1]:.2f}"
+    )
     if default > T5_TARGET:
-        print("With default malloc the page faults of the fresh output bound every implementation: "
-              f"even the zero-fill floor is {default / floor_ratios[0]:.2f}x transformers' time.")
+        print(
+            "With default malloc the page faults of the fresh output bound every implementation: "
+            f"even the zero-fill floor is {default / floor_ratios[0]:.2f}x transformers' time."
+        )
     # The target is judged where the computation, not the kernel's page faults, is measured;
     # with default malloc posenc must stay close to the floor that no implementation can beat.
     return 0 if huge <= T5_TARGET and floor_ratios[0] <= 1.6 else 1

@@ -3,14 +3,18 @@
 The package behind the book *트랜스포머의 위치 인코딩*. Conventions used everywhere:
 
 * queries, keys and values are ``(batch, heads, seq, head_dim)``, written ``(b, h, s, d)``;
-* a relative position is the key position minus the query position (T5's sign).
+* a relative position is the key position minus the query position (T5's sign);
+* query ``i`` sits at position ``offset + i``, with ``offset = s_k - s_q`` by default (the queries
+  are the last ``s_q`` of ``s_k`` positions): see :mod:`posenc.positions`.
 """
 
+from posenc import tasks
 from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
-from posenc.models import POSITION_SCHEMES, TinyTransformer, default_device
+from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device
 from posenc.plotting import use_book_style
+from posenc.positions import resolve_offset
 from posenc.profiling import tensor_memory_peak
 from posenc.relative import (
     T5RelativeBias,
@@ -20,7 +24,17 @@ from posenc.relative import (
     shaw_relative_indices,
     t5_relative_bucket,
 )
-from posenc.rope import PAIRINGS, ROPE_TYPES, RotaryEmbedding, apply_rope, rope_cos_sin, rope_inv_freq
+from posenc.rope import (
+    PAIRINGS,
+    ROPE_TYPES,
+    RotaryEmbedding,
+    apply_rope,
+    rope_cos_sin,
+    rope_inv_freq,
+    rope_rotate,
+    rope_rotate_reference,
+)
+from posenc.rope_scaling import ROPE_SCALINGS, RopeSettings, rope_settings
 from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 
 __all__ = [
@@ -28,7 +42,10 @@ __all__ = [
     "LearnedPositionalEmbedding",
     "PAIRINGS",
     "POSITION_SCHEMES",
+    "POSITION_SCHEME_CLASSES",
+    "ROPE_SCALINGS",
     "ROPE_TYPES",
+    "RopeSettings",
     "RotaryEmbedding",
     "T5RelativeBias",
     "TinyTransformer",
@@ -38,8 +55,12 @@ __all__ = [
     "causal_mask",
     "default_device",
     "relative_positions",
+    "resolve_offset",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_rotate",
+    "rope_rotate_reference",
+    "rope_settings",
     "scaled_dot_product_attention",
     "shaw_attention",
     "shaw_attention_naive",
@@ -49,6 +70,7 @@ __all__ = [
     "sinusoidal_encoding",
     "sinusoidal_table",
     "t5_relative_bucket",
+    "tasks",
     "tensor_memory_peak",
     "use_book_style",
 ]

@@ -5,7 +5,10 @@ Book: chapter 6 (``book/06_beyond.ipynb``). No position vectors at all: each hea
 
 .. math::
 
-    \text{logit}_{ij} = \frac{q_i^\top k_j}{\sqrt{d}} - m_h\, |j - i|
+    \text{logit}_{ij} = \frac{q_i^\top k_j}{\sqrt{d}} - m_h\, |j - (\text{offset} + i)|
+
+Query ``i`` sits at position ``offset + i`` and key ``j`` at ``j`` (:mod:`posenc.positions`;
+``offset=None`` means ``s_k - s_q``: the queries are the last positions, as in a decode step).
 
 For ``n`` heads, a power of two, the slopes are the geometric sequence that starts at
 :math:`2^{-8/n}` with that same ratio: :math:`m_h = 2^{-8h/n}`, ``h = 1..n``. For other head
@@ -23,8 +26,8 @@ import math
 import torch
 from torch import Tensor
 
-from posenc._checks import check_int
-from posenc.relative import relative_positions
+from posenc._checks import check_int, float_dtype
+from posenc.positions import _relative_positions, resolve_offset
 
 __all__ = ["alibi_bias", "alibi_slopes"]
 
@@ -34,6 +37,15 @@ def _power_of_two_slopes(n: int) -> list[float]:
     return [start**h for h in range(1, n + 1)]
 
 
+def _slopes(num_heads: int) -> list[float]:
+    """Unchecked kernel of :func:`alibi_slopes`, in Python floats (float64)."""
+    closest = 2 ** math.floor(math.log2(num_heads))  # largest power of two <= num_heads
+    slopes = _power_of_two_slopes(closest)
+    if closest != num_heads:
+        slopes += _power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
+    return slopes
+
+
 def alibi_slopes(num_heads: int) -> Tensor:
     """The fixed per-head slopes ``m_h`` of ALiBi, in the paper's order (the power-of-two part first).
 
@@ -41,21 +53,41 @@ def alibi_slopes(num_heads: int) -> Tensor:
         returns ``(h,)``, float32.
     """
     num_heads = check_int("num_heads", num_heads, minimum=1)
-    closest = 2 ** math.floor(math.log2(num_heads))  # largest power of two <= num_heads
-    slopes = _power_of_two_slopes(closest)
-    if closest != num_heads:
-        slopes += _power_of_two_slopes(2 * closest)[0::2][: num_heads - closest]
-    return torch.tensor(slopes, dtype=torch.float32)
+    return torch.tensor(_slopes(num_heads), dtype=torch.float32)
 
 
-def alibi_bias(num_heads: int, q_len: int, k_len: int, *, offset: int = 0) -> Tensor:
-    """ALiBi's additive bias ``-m_h * |j - i|`` for queries at ``offset + i`` and keys at ``j``.
+def alibi_bias(
+    num_heads: int,
+    q_len: int,
+    k_len: int,
+    *,
+    offset: int | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    r"""ALiBi's additive bias ``-m_h * |j - (offset + i)|`` for queries at ``offset + i``, keys at ``j``.
 
-    In a causal decoder only keys ``j <= i`` are seen, where this is the paper's ``-m_h (i - j)``.
-    Within one query's row it differs from BLOOM's ``m_h * j`` by a constant, which softmax ignores.
+    .. math::
+
+        B_{h,ij} = -m_h\, |j - (\text{offset} + i)|
+
+    In a causal decoder only keys ``j <= offset + i`` are seen, where this is the paper's
+    ``-m_h (i - j)`` (arXiv:2108.12409, section 3; book chapter 6). Within one query's row it
+    differs from BLOOM's ``m_h * j`` by a constant, which softmax ignores. ``offset=None`` means
+    ``k_len - q_len`` (:mod:`posenc.positions`), so ``alibi_bias(h, 1, n)`` is the last row of
+    ``alibi_bias(h, n, n)``: the bias of a KV-cache decode step.
+
+    The product is computed in float32 (float64 if ``dtype`` is float64) and rounded once to
+    ``dtype``. :func:`posenc.scaled_dot_product_attention` accepts a float32 bias with
+    half-precision queries, which keeps the bias exact to float32.
 
     Shapes:
-        returns ``(h, s_q, s_k)``, float32.
+        returns ``(h, s_q, s_k)``, in ``dtype`` on ``device``.
     """
-    distance = relative_positions(q_len, k_len, offset=offset).abs().float()  # (s_q, s_k)
-    return -alibi_slopes(num_heads)[:, None, None] * distance  # (h, s_q, s_k)
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    offset = resolve_offset(q_len, k_len, offset)
+    dtype = float_dtype("dtype", dtype)
+    work = torch.promote_types(dtype, torch.float32)
+    slopes = torch.tensor(_slopes(num_heads), dtype=work, device=device)  # (h,)
+    distance = _relative_positions(int(q_len), int(k_len), offset, device).abs().to(work)  # (s_q, s_k)
+    return (-slopes[:, None, None] * distance).to(dtype)  # (h, s_q, s_k)
