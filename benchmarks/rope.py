@@ -14,7 +14,7 @@ page-faulting it back in on every call. For steadier figures the measurements ru
 process with GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184
 (freed blocks stay mapped and are reused). Both the default and the tuned run are printed.
 
-Run: .venv/bin/python benchmarks/rope.py
+Run: .venv/bin/python benchmarks/rope.py [--record]   (--record writes benchmarks/results/rope.csv for the book)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import sys
 import torch
 import torch.utils.benchmark as benchmark
 from _child import run_child
+from _record import record
 
 SHAPE = (1, 8, 4096, 128)
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
@@ -88,12 +89,12 @@ def measure() -> dict[str, dict[str, float]]:
     return results
 
 
-def main() -> int:
+def main(record_run: bool = False) -> int:
     print(f"RoPE on q and k of shape {SHAPE}, float32; median ms (ratio to transformers llama)")
-    verdicts = []
-    for label, tunables in (("default malloc", None), (f"GLIBC_TUNABLES={TUNABLES}", TUNABLES)):
+    verdicts, table = [], []
+    for label, tunables in (("default malloc", None), ("steady malloc (GLIBC_TUNABLES)", TUNABLES)):
         results = run_child(__file__, "--worker", tunables)
-        print(f"\n{label}")
+        print(f"\n{label}" + (f": GLIBC_TUNABLES={tunables}" if tunables else ""))
         for threads, row in results.items():
             base = row["transformers llama"]
             print(f"  {threads}: " + "  ".join(f"{name} {t * 1e3:.2f} ({t / base:.2f})" for name, t in row.items()))
@@ -105,7 +106,14 @@ def main() -> int:
             )
             if tunables:
                 verdicts.append(vs_transformers <= TARGET_VS_TRANSFORMERS and vs_floor <= TARGET_VS_FLOOR)
+            table += [
+                [label, threads, name, f"{t * 1e3:.2f}", f"{t / base:.2f}", f"{t / row['clone floor']:.1f}"]
+                for name, t in row.items()
+            ]
     print("\ntargets met (steady-allocator run):", all(verdicts))
+    if record_run:
+        header = ["allocator", "threads", "implementation", "median ms", "/ transformers llama", "/ clone floor"]
+        record("rope", header, table)
     return 0 if all(verdicts) else 1
 
 
@@ -113,4 +121,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--worker"]:
         print(json.dumps(measure()))
     else:
-        sys.exit(main())
+        sys.exit(main(record_run=sys.argv[1:] == ["--record"]))

@@ -103,6 +103,7 @@ def test_bloom_form_gives_the_same_causal_attention():
     ("call", "error", "pattern"),
     [
         (lambda: alibi_slopes(0), ValueError, "num_heads must be >= 1, got 0"),
+        (lambda: alibi_slopes(10**12), ValueError, "num_heads must be <= 65536, got 1000000000000"),
         (lambda: alibi_slopes(2.0), TypeError, "num_heads must be an integer"),
         (lambda: alibi_bias(0, 3, 3), ValueError, "num_heads must be >= 1, got 0"),
         (lambda: alibi_bias(True, 3, 3), TypeError, "num_heads must be an integer, got True"),

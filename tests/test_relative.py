@@ -170,7 +170,7 @@ def test_t5_bias_equals_transformers_compute_bias(bidirectional, q_len, k_len, o
 def test_t5_forward_is_the_per_distance_bias_of_the_relative_positions(q_len, k_len, offset):
     t5 = T5RelativeBias(3, num_buckets=8, max_distance=10, generator=torch.Generator().manual_seed(2))
     rel = relative_positions(q_len, k_len, offset=offset)  # (s_q, s_k)
-    per_pair = t5.bias(rel)  # (h, s_q, s_k)
+    per_pair = t5.distance_bias(rel)  # (h, s_q, s_k)
     torch.testing.assert_close(t5(q_len, k_len, offset=offset), per_pair, rtol=0, atol=0)
     # bias() against the definition w[bucket(r), h], one entry at a time.
     for h, i, j in itertools.product(range(3), range(q_len), range(k_len)):
@@ -180,25 +180,25 @@ def test_t5_forward_is_the_per_distance_bias_of_the_relative_positions(q_len, k_
 
 def test_t5_per_distance_bias_shapes_and_dtypes():
     t5 = T5RelativeBias(3, generator=torch.Generator().manual_seed(0))
-    assert t5.bias(torch.tensor(-4)).shape == (3,)
-    assert t5.bias(torch.arange(-5, 5)).shape == (3, 10)
-    assert t5.bias(torch.zeros(2, 4, 5, dtype=torch.long)).shape == (3, 2, 4, 5)
+    assert t5.distance_bias(torch.tensor(-4)).shape == (3,)
+    assert t5.distance_bias(torch.arange(-5, 5)).shape == (3, 10)
+    assert t5.distance_bias(torch.zeros(2, 4, 5, dtype=torch.long)).shape == (3, 2, 4, 5)
     rel = torch.arange(0, 120)
-    torch.testing.assert_close(t5.bias(rel.to(torch.uint8)), t5.bias(rel), rtol=0, atol=0)  # not a boolean mask
-    torch.testing.assert_close(t5.bias(-rel.to(torch.int16)), t5.bias(-rel), rtol=0, atol=0)
+    torch.testing.assert_close(t5.distance_bias(rel.to(torch.uint8)), t5.distance_bias(rel), rtol=0, atol=0)  # not a boolean mask
+    torch.testing.assert_close(t5.distance_bias(-rel.to(torch.int16)), t5.distance_bias(-rel), rtol=0, atol=0)
 
 
 def test_t5_per_distance_bias_of_one_head():
     t5 = T5RelativeBias(3, num_buckets=8, max_distance=10, generator=torch.Generator().manual_seed(4))
     rel = torch.arange(-12, 13)
-    every_head = t5.bias(rel)  # (h, 25)
+    every_head = t5.distance_bias(rel)  # (h, 25)
     for h in range(3):
         expected = torch.stack([t5.weight[_bucket_reference(r, True, 8, 10), h] for r in rel.tolist()])
-        torch.testing.assert_close(t5.bias(rel, h), expected, rtol=0, atol=0)
-        torch.testing.assert_close(t5.bias(rel, torch.tensor(h, dtype=torch.uint8)), expected, rtol=0, atol=0)
+        torch.testing.assert_close(t5.distance_bias(rel, h), expected, rtol=0, atol=0)
+        torch.testing.assert_close(t5.distance_bias(rel, torch.tensor(h, dtype=torch.uint8)), expected, rtol=0, atol=0)
         torch.testing.assert_close(every_head[h], expected, rtol=0, atol=0)
     heads = torch.tensor([[0], [2]])  # (2, 1) broadcasts with (25,) to (2, 25)
-    torch.testing.assert_close(t5.bias(rel, heads), every_head[[0, 2]], rtol=0, atol=0)
+    torch.testing.assert_close(t5.distance_bias(rel, heads), every_head[[0, 2]], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -209,10 +209,10 @@ def test_t5_per_distance_bias_as_a_flex_attention_score_mod(bidirectional):
     t5 = T5RelativeBias(h, num_buckets=8, max_distance=12, bidirectional=bidirectional, generator=gen)
 
     def t5_score_mod(score, batch, head, q_idx, kv_idx):
-        return score + t5.bias(kv_idx - q_idx, head)  # relative position: key minus query
+        return score + t5.distance_bias(kv_idx - q_idx, head)  # relative position: key minus query
 
     def t5_score_mod_all_heads(score, batch, head, q_idx, kv_idx):
-        return score + t5.bias(kv_idx - q_idx)[head]
+        return score + t5.distance_bias(kv_idx - q_idx)[head]
 
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # flex_attention without torch.compile warns that it is unfused
@@ -432,27 +432,27 @@ def _shaw_call(function=shaw_attention, **changes):
         (lambda: T5RelativeBias(2)(4, 3), ValueError, "q_len=4, k_len=3: pass offset explicitly"),
         (lambda: T5RelativeBias(2)(2, 3, offset=-1), ValueError, "offset must be >= 0, got -1"),
         (lambda: T5RelativeBias(2)(2, 3, offset=1.0), TypeError, "offset must be an integer"),
-        (lambda: T5RelativeBias(2).bias(torch.tensor([1.0])), TypeError, "relative_position must be an integer tensor"),
+        (lambda: T5RelativeBias(2).distance_bias(torch.tensor([1.0])), TypeError, "relative_position must be an integer tensor"),
         (
-            lambda: T5RelativeBias(2).bias(torch.tensor([True])),
+            lambda: T5RelativeBias(2).distance_bias(torch.tensor([True])),
             TypeError,
             "relative_position must be an integer tensor",
         ),
         (
-            lambda: T5RelativeBias(2).bias(torch.zeros(3, dtype=torch.long, device="meta")),
+            lambda: T5RelativeBias(2).distance_bias(torch.zeros(3, dtype=torch.long, device="meta")),
             ValueError,
             "relative_position must be on the bias's device cpu, got meta",
         ),
-        (lambda: T5RelativeBias(2).bias(torch.arange(3), 2), ValueError, "head must be < num_heads=2, got 2"),
-        (lambda: T5RelativeBias(2).bias(torch.arange(3), -1), ValueError, "head must be >= 0, got -1"),
-        (lambda: T5RelativeBias(2).bias(torch.arange(3), 1.0), TypeError, "head must be an integer, got 1.0"),
+        (lambda: T5RelativeBias(2).distance_bias(torch.arange(3), 2), ValueError, "head must be < num_heads=2, got 2"),
+        (lambda: T5RelativeBias(2).distance_bias(torch.arange(3), -1), ValueError, "head must be >= 0, got -1"),
+        (lambda: T5RelativeBias(2).distance_bias(torch.arange(3), 1.0), TypeError, "head must be an integer, got 1.0"),
         (
-            lambda: T5RelativeBias(2).bias(torch.arange(3), torch.tensor(1.0)),
+            lambda: T5RelativeBias(2).distance_bias(torch.arange(3), torch.tensor(1.0)),
             TypeError,
             "head must be an integer tensor",
         ),
         (
-            lambda: T5RelativeBias(2).bias(torch.arange(3), torch.tensor(1, device="meta")),
+            lambda: T5RelativeBias(2).distance_bias(torch.arange(3), torch.tensor(1, device="meta")),
             ValueError,
             "head must be on the bias's device cpu, got meta",
         ),

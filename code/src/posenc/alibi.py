@@ -46,13 +46,23 @@ def _slopes(num_heads: int) -> list[float]:
     return slopes
 
 
+MAX_HEADS = 2**16  # far beyond any model; a larger count is a mistake, not a head count
+
+
+def _check_heads(num_heads: object) -> int:
+    num_heads = check_int("num_heads", num_heads, minimum=1)
+    if num_heads > MAX_HEADS:
+        raise ValueError(f"num_heads must be <= {MAX_HEADS}, got {num_heads}")
+    return num_heads
+
+
 def alibi_slopes(num_heads: int) -> Tensor:
     """The fixed per-head slopes ``m_h`` of ALiBi, in the paper's order (the power-of-two part first).
 
     Shapes:
         returns ``(h,)``, float32.
     """
-    num_heads = check_int("num_heads", num_heads, minimum=1)
+    num_heads = _check_heads(num_heads)
     return torch.tensor(_slopes(num_heads), dtype=torch.float32)
 
 
@@ -84,7 +94,7 @@ def alibi_bias(
     Shapes:
         returns ``(h, s_q, s_k)``, in ``dtype`` on ``device``.
     """
-    num_heads = check_int("num_heads", num_heads, minimum=1)
+    num_heads = _check_heads(num_heads)
     offset = resolve_offset(q_len, k_len, offset)
     dtype = float_dtype("dtype", dtype)
     work = torch.promote_types(dtype, torch.float32)

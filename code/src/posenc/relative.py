@@ -133,16 +133,16 @@ class T5RelativeBias(nn.Module):
 
     * :meth:`bias` maps any integer tensor of relative positions ``(...)`` to ``(h, ...)`` (or,
       given ``head``, to that head's values): the per-distance form, usable inside a
-      FlexAttention ``score_mod`` (``score + t5.bias(kv_idx - q_idx, head)``);
+      FlexAttention ``score_mod`` (``score + t5.distance_bias(kv_idx - q_idx, head)``);
     * ``forward(q_len, k_len, offset=None)`` returns the ``(h, s_q, s_k)`` matrix, equal to
-      ``bias(relative_positions(q_len, k_len, offset=offset))``. It looks up only the
+      ``distance_bias(relative_positions(q_len, k_len, offset=offset))``. It looks up only the
       ``s_q + s_k - 1`` distinct relative positions: the bias depends on ``j - i`` alone, so the
       matrix is Toeplitz and each diagonal is one value.
 
     Positions follow :mod:`posenc.positions` (``offset=None``: queries are the last ``s_q`` keys).
 
     Shapes:
-        ``weight`` is ``(num_buckets, h)``; ``bias(rel)``: ``(...)`` -> ``(h, ...)``; ``bias(rel, head)``: ``(...)``;
+        ``weight`` is ``(num_buckets, h)``; ``distance_bias(rel)``: ``(...)`` -> ``(h, ...)``; ``distance_bias(rel, head)``: ``(...)``;
         ``forward`` returns ``(h, s_q, s_k)``, in ``weight``'s dtype and device.
     """
 
@@ -171,14 +171,14 @@ class T5RelativeBias(nn.Module):
             return self.weight[buckets].movedim(-1, 0)  # (..., h) -> (h, ...)
         return self.weight[buckets, head]  # one value per (position, head) pair: broadcast of both shapes
 
-    def bias(self, relative_position: Tensor, head: Tensor | int | None = None) -> Tensor:
+    def distance_bias(self, relative_position: Tensor, head: Tensor | int | None = None) -> Tensor:
         """Per-head bias for each relative position (key minus query): ``w[bucket(r), h]``.
 
         Without ``head``, every head: ``(...)`` -> ``(h, ...)``, the layout of :meth:`forward`. With
         ``head`` (an int, or an integer tensor that broadcasts with ``relative_position``), only
         that head's values, ``w[bucket(r), head]``. Only metadata is checked for tensors (dtype,
         device), never values, so it runs under ``vmap`` and ``torch.compile``; a FlexAttention
-        ``score_mod`` is ``score + t5.bias(kv_idx - q_idx, head)``. (``t5.bias(kv_idx - q_idx)[head]``
+        ``score_mod`` is ``score + t5.distance_bias(kv_idx - q_idx, head)``. (``t5.distance_bias(kv_idx - q_idx)[head]``
         gives the same values eagerly, but torch 2.13's compiled CPU FlexAttention cannot lower
         that double indexing; the ``head`` argument is one index.) A ``head`` tensor's values must
         lie in ``[0, h)``: they are not checked.
@@ -207,7 +207,7 @@ class T5RelativeBias(nn.Module):
         """The ``(h, s_q, s_k)`` bias for queries at ``offset + i`` and keys at ``j`` (offset=None: ``k_len - q_len``).
 
         Shapes:
-            returns ``(h, s_q, s_k)``, equal to ``self.bias(relative_positions(q_len, k_len, offset=offset))``.
+            returns ``(h, s_q, s_k)``, equal to ``self.distance_bias(relative_positions(q_len, k_len, offset=offset))``.
         """
         offset = resolve_offset(q_len, k_len, offset)
         q_len, k_len = int(q_len), int(k_len)
