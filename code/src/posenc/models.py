@@ -205,7 +205,7 @@ class ALiBi(PositionScheme):
 class RoPE(PositionScheme):
     """Rotary embedding of queries and keys (Su et al., arXiv:2104.09864, chapter 5).
 
-    ``max_positions`` is the size of the cos/sin tables; longer sequences raise.
+    ``max_positions`` is the longest sequence it accepts; longer ones raise.
     """
 
     def __init__(self, shape: ModelShape, *, base: float = 10000.0, pairing: str = "half", max_positions: int = 4096):
@@ -361,7 +361,9 @@ class TinyTransformer(nn.Module):
         x = self.scheme.embed(self.tokens(tokens), positions)  # (b, s, c)
         bias = self.scheme.bias(s, s)  # (h, s, s) or None: computed once, shared by every layer, as in T5
         if bias is not None:
-            bias = bias.to(device=x.device, dtype=x.dtype)  # follow the activations (bf16, fp16, GPU)
+            # Same device as the activations; the dtype stays float32 (attention adds it in float32,
+            # so a bf16 model does not round neighbouring ALiBi distances to one value).
+            bias = bias.to(device=x.device)
         for layer, block in enumerate(self.blocks):
             x = block(x, self.scheme, layer, positions, bias)
         return self.head(self.norm(x))  # (b, s, vocab)
