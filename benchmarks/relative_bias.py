@@ -14,7 +14,7 @@
 2. Peak memory of Shaw et al.'s attention, direct (materialises (L, L, d) tensors) against the
    memory-efficient version, counted exactly by posenc.tensor_memory_peak (machine-independent).
 
-Run: .venv/bin/python benchmarks/relative_bias.py
+Run: .venv/bin/python benchmarks/relative_bias.py [--record]   (--record writes benchmarks/results/ for the book)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import sys
 import torch
 import torch.utils.benchmark as benchmark
 from _child import run_child
+from _record import record
 
 T5_TARGET = 0.3
 LENGTH, HEADS = 2048, 12
@@ -78,9 +79,9 @@ def shaw_memory(heads: int = 4, max_relative: int = 16) -> None:
         )
 
 
-def main() -> int:
+def main(record_run: bool = False) -> int:
     print(f"T5 relative bias: h = {HEADS}, L = {LENGTH}, float32, 1 thread; median ms (ratio to transformers)")
-    ratios, floor_ratios = [], []
+    ratios, floor_ratios, table = [], [], []
     for label, tunables in CONFIGS.items():
         times = run_child(__file__, "--t5-worker", tunables)
         base = times["transformers"]
@@ -88,6 +89,9 @@ def main() -> int:
         print(f"  {label}:\n    {cells}")
         ratios.append(times["posenc"] / base)
         floor_ratios.append(times["posenc"] / times["zero-fill floor"])
+        table += [[label, name, f"{t * 1e3:.1f}", f"{t / base:.3f}"] for name, t in times.items()]
+    if record_run:
+        record("relative_bias", ["allocator", "implementation", "median ms", "/ transformers"], table)
     shaw_memory()
     default, huge = ratios
     print(
@@ -108,4 +112,4 @@ if __name__ == "__main__":
     if sys.argv[1:] == ["--t5-worker"]:
         print(json.dumps(t5_times()))
     else:
-        sys.exit(main())
+        sys.exit(main(record_run=sys.argv[1:] == ["--record"]))
