@@ -184,7 +184,9 @@ def test_t5_per_distance_bias_shapes_and_dtypes():
     assert t5.distance_bias(torch.arange(-5, 5)).shape == (3, 10)
     assert t5.distance_bias(torch.zeros(2, 4, 5, dtype=torch.long)).shape == (3, 2, 4, 5)
     rel = torch.arange(0, 120)
-    torch.testing.assert_close(t5.distance_bias(rel.to(torch.uint8)), t5.distance_bias(rel), rtol=0, atol=0)  # not a boolean mask
+    torch.testing.assert_close(
+        t5.distance_bias(rel.to(torch.uint8)), t5.distance_bias(rel), rtol=0, atol=0
+    )  # not a boolean mask
     torch.testing.assert_close(t5.distance_bias(-rel.to(torch.int16)), t5.distance_bias(-rel), rtol=0, atol=0)
 
 
@@ -432,7 +434,11 @@ def _shaw_call(function=shaw_attention, **changes):
         (lambda: T5RelativeBias(2)(4, 3), ValueError, "q_len=4, k_len=3: pass offset explicitly"),
         (lambda: T5RelativeBias(2)(2, 3, offset=-1), ValueError, "offset must be >= 0, got -1"),
         (lambda: T5RelativeBias(2)(2, 3, offset=1.0), TypeError, "offset must be an integer"),
-        (lambda: T5RelativeBias(2).distance_bias(torch.tensor([1.0])), TypeError, "relative_position must be an integer tensor"),
+        (
+            lambda: T5RelativeBias(2).distance_bias(torch.tensor([1.0])),
+            TypeError,
+            "relative_position must be an integer tensor",
+        ),
         (
             lambda: T5RelativeBias(2).distance_bias(torch.tensor([True])),
             TypeError,

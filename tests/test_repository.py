@@ -178,11 +178,19 @@ def test_there_are_notebooks():
 
 
 SETUP_CELL = """\
-# Set-up: use the installed posenc; in Colab, install it from the book's repository first.
+# Set-up: use the installed posenc; in Colab, install it from the book's
+# repository first (pip, quietly: the running kernel imports it at once).
 try:
     import posenc
 except ImportError:
-    %pip install --quiet "git+{url}#subdirectory=code"
+    import importlib
+    import subprocess
+    import sys
+
+    url = "git+{url}#subdirectory=code"
+    pip = [sys.executable, "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, url], check=True)
+    importlib.invalidate_caches()
     import posenc"""
 
 

@@ -447,5 +447,5 @@ def test_rope_settings_reads_gptj_rotary_dim_as_a_fraction():
         assert settings.scaling["partial_rotary_factor"] == 64 / 256
     with pytest.raises(ValueError, match="rotary_dim must be <= the head dimension 256, got 512"):
         rope_settings({**published, "rotary_dim": 512})
-    with pytest.raises(ValueError, match="rotary_dim = 64 and partial_rotary_factor = 0.5 disagree"):
+    with pytest.raises(ValueError, match=r"rotary_dim = 64 and partial_rotary_factor = 0\.5 disagree"):
         rope_settings({**published, "partial_rotary_factor": 0.5})

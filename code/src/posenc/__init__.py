@@ -39,12 +39,12 @@ from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_enc
 
 __all__ = [
     "KNOWN_TABLES",
-    "LearnedPositionalEmbedding",
     "PAIRINGS",
     "POSITION_SCHEMES",
     "POSITION_SCHEME_CLASSES",
     "ROPE_SCALINGS",
     "ROPE_TYPES",
+    "LearnedPositionalEmbedding",
     "RopeSettings",
     "RotaryEmbedding",
     "T5RelativeBias",
@@ -74,4 +74,4 @@ __all__ = [
     "tensor_memory_peak",
     "use_book_style",
 ]
-__version__ = "0.1.0"
+__version__ = "1.0.0"

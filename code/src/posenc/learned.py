@@ -36,7 +36,9 @@ class LearnedPositionalEmbedding(nn.Module):
         forward: positions ``(...)`` integers in ``[0, max_positions)``; returns ``(..., d)``.
     """
 
-    def __init__(self, max_positions: int, dim: int, *, init_std: float = 0.02, generator: torch.Generator | None = None):
+    def __init__(
+        self, max_positions: int, dim: int, *, init_std: float = 0.02, generator: torch.Generator | None = None
+    ):
         super().__init__()
         self.max_positions = check_int("max_positions", max_positions, minimum=1)
         self.dim = check_int("dim", dim, minimum=1)

@@ -83,8 +83,15 @@ def plot_matrix(
         for r in range(rows):
             for c in range(cols):
                 value = matrix[r, c]
-                ax.text(c, r, f"{value:.2f}", ha="center", va="center", fontsize=8,
-                        color="black" if value > mid else "white")
+                ax.text(
+                    c,
+                    r,
+                    f"{value:.2f}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    color="black" if value > mid else "white",
+                )
     if title is not None:
         ax.set_title(title)
     return image

@@ -131,7 +131,7 @@ class T5RelativeBias(nn.Module):
     (arXiv:1910.10683, section 2.1; book chapter 4). T5 computes it once, in the first layer, and
     shares it with every layer. Two ways to read it, with one layout, heads first:
 
-    * :meth:`bias` maps any integer tensor of relative positions ``(...)`` to ``(h, ...)`` (or,
+    * :meth:`distance_bias` maps any integer tensor of relative positions ``(...)`` to ``(h, ...)`` (or,
       given ``head``, to that head's values): the per-distance form, usable inside a
       FlexAttention ``score_mod`` (``score + t5.distance_bias(kv_idx - q_idx, head)``);
     * ``forward(q_len, k_len, offset=None)`` returns the ``(h, s_q, s_k)`` matrix, equal to
@@ -142,7 +142,8 @@ class T5RelativeBias(nn.Module):
     Positions follow :mod:`posenc.positions` (``offset=None``: queries are the last ``s_q`` keys).
 
     Shapes:
-        ``weight`` is ``(num_buckets, h)``; ``distance_bias(rel)``: ``(...)`` -> ``(h, ...)``; ``distance_bias(rel, head)``: ``(...)``;
+        ``weight`` is ``(num_buckets, h)``; ``distance_bias(rel)``: ``(...)`` -> ``(h, ...)``;
+        ``distance_bias(rel, head)``: ``(...)``;
         ``forward`` returns ``(h, s_q, s_k)``, in ``weight``'s dtype and device.
     """
 
@@ -165,7 +166,7 @@ class T5RelativeBias(nn.Module):
         self.weight = nn.Parameter(torch.randn(self.num_buckets, self.num_heads, generator=generator))  # (buckets, h)
 
     def _bias(self, rel: Tensor, head: Tensor | int | None = None) -> Tensor:
-        """Unchecked kernel of :meth:`bias`."""
+        """Unchecked kernel of :meth:`distance_bias`."""
         buckets = _t5_bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)  # (...), int64
         if head is None:
             return self.weight[buckets].movedim(-1, 0)  # (..., h) -> (h, ...)
