@@ -126,3 +126,11 @@ def test_slopes_are_positive_and_the_first_head_starts_the_sequence():
         slopes = alibi_slopes(n)
         assert torch.isfinite(slopes).all() and (slopes > 0).all() and slopes.numel() == n
         assert math.isclose(slopes[0].item(), 2 ** (-8 / 2 ** math.floor(math.log2(n))), rel_tol=1e-6)
+
+
+def test_positions_past_float32_exactness_are_refused_not_merged():
+    # float32 holds every integer only up to 2**24: two keys would share one distance.
+    with pytest.raises(ValueError, match=r"not exact in torch\.float32 distances"):
+        alibi_bias(1, 1, 3, offset=2**25)
+    bias = alibi_bias(1, 1, 3, offset=2**25, dtype=torch.float64)  # float64 is exact there
+    assert len(set(bias.flatten().tolist())) == 3

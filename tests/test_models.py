@@ -234,3 +234,17 @@ def test_bad_tokens_raise_clear_errors():
 def test_initialise_needs_a_generator():
     with pytest.raises(TypeError, match=r"generator must be a torch\.Generator, got int"):
         _model("none").initialise(0)
+
+
+def test_loss_and_forward_name_bad_arguments():
+    model = _model("none")
+    tokens = torch.zeros(2, 5, dtype=torch.long)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    with pytest.raises(ValueError, match="mask selects no position"):
+        model.loss(tokens, tokens, torch.zeros_like(mask))
+    with pytest.raises(TypeError, match="mask must be a bool tensor"):
+        model.loss(tokens, tokens, mask.long())
+    with pytest.raises(ValueError, match="must share one shape"):
+        model.loss(tokens, tokens[:, :4], mask)
+    with pytest.raises(ValueError, match=r"tokens must hold at least one sequence of at least one token, got \(2, 0\)"):
+        model(tokens[:, :0])

@@ -558,3 +558,33 @@ _C = torch.zeros(4, 4)
 def test_bad_arguments_raise_clear_errors(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32, torch.float64])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_gradients_flow_for_every_pairing_dtype_and_layout(pairing, dtype):
+    # Training needs the backward pass: the half-precision and strided fallbacks included.
+    wide = torch.randn(1, 2, 5, 9, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    for x in (wide[..., :8].clone(), wide[..., 1:]):  # a contiguous tensor, and an odd storage offset
+        x = x.detach().requires_grad_(True)
+        out = apply_rope(x, torch.arange(5), pairing=pairing)
+        out.double().square().sum().backward()
+        # A rotation preserves norms, so d|Rx|^2/dx = 2x.
+        tol = {torch.bfloat16: 3e-2, torch.float16: 5e-3, torch.float32: 1e-5, torch.float64: 1e-12}[dtype]
+        torch.testing.assert_close(x.grad.double(), 2 * x.detach().double(), rtol=tol, atol=tol)
+
+
+def test_rope_rotate_refuses_tables_with_a_larger_batch_than_x():
+    x = torch.randn(1, 2, 3, 8)
+    cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(8)[0])  # (s, d/2)
+    for table_batch in (cos[None].expand(2, 3, 4), cos[None, :, :2].expand(2, 3, 2).contiguous()):
+        other = sin[None, :, : table_batch.shape[-1]].expand(2, 3, table_batch.shape[-1]).contiguous()
+        with pytest.raises(ValueError, match=r"cos \(2, 3, \d\) does not broadcast to x \(1, 2, 3, 8\)"):
+            rope_rotate(x, table_batch.contiguous(), other)
+
+
+def test_a_module_built_on_the_meta_device_materialises_with_the_right_frequencies():
+    with torch.device("meta"):
+        meta = RotaryEmbedding(8, max_positions=10, base=500.0)
+    materialised = meta.to_empty(device="cpu")
+    assert torch.equal(materialised.inv_freq, RotaryEmbedding(8, max_positions=10, base=500.0).inv_freq)

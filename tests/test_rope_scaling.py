@@ -449,3 +449,12 @@ def test_rope_settings_reads_gptj_rotary_dim_as_a_fraction():
         rope_settings({**published, "rotary_dim": 512})
     with pytest.raises(ValueError, match=r"rotary_dim = 64 and partial_rotary_factor = 0\.5 disagree"):
         rope_settings({**published, "partial_rotary_factor": 0.5})
+
+
+def test_rope_settings_reads_early_phi3_su_as_longrope_and_names_a_bad_rope_scaling():
+    factors = [1.0] * 48
+    su = {"type": "su", "short_factor": factors, "long_factor": factors}
+    config = {"rope_scaling": su, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096}
+    assert rope_settings(config).scaling["rope_type"] == "longrope"
+    with pytest.raises(TypeError, match="rope_parameters / rope_scaling must be a dict or None, got list"):
+        rope_settings({"rope_scaling": [1, 2]})

@@ -235,3 +235,20 @@ def test_a_model_that_cannot_take_the_length_raises_instead_of_scoring():
     )
     with pytest.raises(ValueError, match="max_positions=8"):
         accuracy_per_position(model, length=12, lag=LAG, vocab_size=VOCAB, batch=4, seed=0)
+
+
+def test_train_refuses_float16_and_frozen_models_instead_of_corrupting_them():
+    from posenc import TinyTransformer
+    from posenc.tasks import train
+
+    task = dict(steps=1, batch=2, lr=1e-3, min_len=3, max_len=3, lag=1, vocab_size=10, seed=0)
+    model = TinyTransformer(10, position="none", dim=16, num_heads=2, device="cpu").half()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=r"model has torch\.float16 parameters"):
+        train(model, **task)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # untouched
+    frozen = TinyTransformer(10, position="none", dim=16, num_heads=2, device="cpu").requires_grad_(False)
+    with pytest.raises(ValueError, match="no parameter that requires grad"):
+        train(frozen, **task)
+    bf16 = TinyTransformer(10, position="rope", dim=16, num_heads=2, device="cpu").bfloat16()
+    assert torch.isfinite(train(bf16, **task)).all()  # bfloat16 trains

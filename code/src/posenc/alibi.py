@@ -98,6 +98,12 @@ def alibi_bias(
     offset = resolve_offset(q_len, k_len, offset)
     dtype = float_dtype("dtype", dtype)
     work = torch.promote_types(dtype, torch.float32)
+    exact = 2**53 if work == torch.float64 else 2**24  # every integer distance below this is exact in `work`
+    if max(offset + int(q_len), int(k_len)) > exact:
+        raise ValueError(
+            f"positions up to {max(offset + int(q_len), int(k_len)) - 1} are not exact in {work} distances "
+            f"(limit 2**{exact.bit_length() - 1}): two keys would get the same bias; pass dtype=torch.float64"
+        )
     slopes = torch.tensor(_slopes(num_heads), dtype=work, device=device)  # (h,)
     distance = _relative_positions(int(q_len), int(k_len), offset, device).abs().to(work)  # (s_q, s_k)
     return (-slopes[:, None, None] * distance).to(dtype)  # (h, s_q, s_k)

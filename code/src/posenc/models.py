@@ -352,6 +352,8 @@ class TinyTransformer(nn.Module):
         check_tensor("tokens", tokens, ndim=2)
         if tokens.dtype != torch.int64:
             raise TypeError(f"tokens must be int64, got {tokens.dtype}")
+        if 0 in tokens.shape:
+            raise ValueError(f"tokens must hold at least one sequence of at least one token, got {tuple(tokens.shape)}")
         if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(
                 f"tokens must be in [0, {self.vocab_size}), got values {int(tokens.min())}..{int(tokens.max())}"
@@ -370,5 +372,16 @@ class TinyTransformer(nn.Module):
 
     def loss(self, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
         """Mean cross-entropy over the positions where ``mask`` is true. Shapes: all ``(b, s)``."""
+        check_tensor("targets", targets, ndim=2)
+        check_tensor("mask", mask, ndim=2)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"mask must be a bool tensor (True where a target exists), got {mask.dtype}")
+        if targets.shape != tokens.shape or mask.shape != tokens.shape:
+            raise ValueError(
+                f"tokens, targets and mask must share one shape (b, s), got {tuple(tokens.shape)}, "
+                f"{tuple(targets.shape)} and {tuple(mask.shape)}"
+            )
+        if not mask.any():
+            raise ValueError("mask selects no position: the mean loss over no targets is undefined")
         logits = self(tokens)
         return F.cross_entropy(logits[mask], targets[mask])

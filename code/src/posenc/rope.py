@@ -24,9 +24,12 @@ The frequencies :math:`\theta_i` are imported from :func:`posenc.sinusoid_freque
 rotates by the sinusoidal encoding's frequencies); the scaled variants are the registry of
 :mod:`posenc.rope_scaling`. Numerics follow transformers exactly: inverse frequencies are float32
 as in its ``modeling_rope_utils``, angles are ``float32(position) * inv_freq`` and cos/sin are cast
-to the input's dtype, so results agree with it to float32 rounding at every position. The one
-deliberate exception is float64 input, whose angles are computed in float64 from the same float32
-frequencies (transformers would round them to float32), so that the book's identities hold to 1e-12.
+to the input's dtype, so float32 results agree with it to float32 rounding at every position. In
+float16/bfloat16 the fused multiply-adds of the fast kernel round once where transformers rounds
+twice, so about one element in seven differs from it by one unit in the last place (closer to the
+float64 result, not further). The one deliberate exception is float64 input, whose angles are
+computed in float64 from the same float32 frequencies (transformers would round them to float32),
+so that the book's identities hold to 1e-12.
 
 Two forms of the rotation stand side by side: :func:`rope_rotate_reference`, the formula
 :math:`x \cos + \operatorname{rotate}(x) \sin` in a few lines, and :func:`rope_rotate`, the fast
@@ -172,9 +175,11 @@ def _check_rotation(x: object, cos: object, sin: object, pairing: object) -> tup
     if rotary > x.shape[-1] or rotary == 0:
         raise ValueError(f"cos has {cos.shape[-1]} pairs, more than x's head_dim/2 = {x.shape[-1] // 2} (or none)")
     try:
-        torch.broadcast_shapes(_broadcastable(cos).shape[:-1], x.shape[:-1])
+        shape = torch.broadcast_shapes(_broadcastable(cos).shape[:-1], x.shape[:-1])
     except RuntimeError:
-        raise ValueError(f"cos {tuple(cos.shape)} does not broadcast to x {tuple(x.shape)}") from None
+        shape = None
+    if shape != x.shape[:-1]:  # cos and sin follow x; they never enlarge the output
+        raise ValueError(f"cos {tuple(cos.shape)} does not broadcast to x {tuple(x.shape)}")
     return x, _broadcastable(cos), _broadcastable(sin), _check_pairing(pairing)
 
 
@@ -241,14 +246,11 @@ def _rotate_interleaved(x: Tensor, *tables: Tensor) -> Tensor:
     if len(tables) == 1 and _complex_view_ok(x):
         z = torch.view_as_complex(x.unflatten(-1, (-1, 2)))  # (b, h, s, d/2) complex, a view: no copy
         return torch.view_as_real(z * tables[0]).flatten(-2)  # (b, h, s, d)
+    # Half precision (no complex32 kernels on CPU), or a layout a complex view cannot take: the
+    # pairs written out, out of place so that autograd can differentiate it.
     cos, sin = (tables[0].real, tables[0].imag) if len(tables) == 1 else tables
-    out = torch.empty_like(x)  # half precision (no complex32 kernels on CPU), or a layout a complex view cannot take
-    a, b, out_a, out_b = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
-    torch.mul(a, cos, out=out_a)
-    out_a.addcmul_(b, sin, value=-1)  # a cos - b sin
-    torch.mul(b, cos, out=out_b)
-    out_b.addcmul_(a, sin)  # b cos + a sin
-    return out
+    a, b = x[..., 0::2], x[..., 1::2]  # (b, h, s, d/2) each
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)  # (b, h, s, d)
 
 
 def _rotate_prepared(x: Tensor, tables: tuple[Tensor, ...], pairing: str, rotary: int) -> Tensor:
@@ -274,8 +276,7 @@ def rope_rotate(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str = "half") -
       concatenated, two products) before the sum.
     * ``"interleaved"``: the pairs ``(2i, 2i+1)`` of a float32/float64 tensor are viewed as complex
       numbers without a copy, and one complex multiply by :math:`e^{i m\theta}` rotates them all;
-      for half precision (no complex32 kernels on CPU) two products and two ``addcmul_`` write into
-      strided slices of one preallocated output.
+      half precision (no complex32 kernels on CPU) takes the pairs written out instead.
 
     Book: chapter 5. Validates its arguments; internal calls use the unchecked ``_rotate``.
 
@@ -370,6 +371,8 @@ class RotaryEmbedding(nn.Module):
         # Let .to(device)/.cuda() move inv_freq, but keep it float32 under .half()/.double()/.to(dtype).
         kept = self.inv_freq
         super()._apply(fn, recurse)
+        if kept.is_meta:  # built on the meta device, now materialised (to_empty): recompute, nothing to copy
+            kept = _inv_freq(self._rope, None)[0]
         self.inv_freq = kept.to(self.inv_freq.device)
         return self
 

@@ -470,7 +470,11 @@ def rope_settings(config: object) -> RopeSettings:
     params = _get(config, "rope_parameters")
     if params is None:
         params = _get(config, "rope_scaling")
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(f"rope_parameters / rope_scaling must be a dict or None, got {type(params).__name__}")
     params = dict(params or {})
+    if params.get("type") == "su":  # early Phi-3 config.json files; transformers reads "su" as longrope
+        params["type"] = "longrope"
     if any(isinstance(v, Mapping) for v in params.values()):
         raise ValueError(f"per-layer rope_parameters (keys {sorted(params)}) are not supported; pass one layer's dict")
     for top, names in (

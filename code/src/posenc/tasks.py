@@ -155,7 +155,18 @@ def train(
     if not isinstance(progress, (bool, str)):
         raise TypeError(f"progress must be a bool or a label, got {progress!r} ({type(progress).__name__})")
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    if not trainable:
+        raise ValueError("model has no parameter that requires grad: nothing to train")
+    half = sorted({str(p.dtype) for p in trainable if p.dtype == torch.float16})
+    if half:
+        # AdamW's eps (1e-8) rounds to 0 in float16: the first step divides 0 by 0 and fills the
+        # parameters with NaN. Mixed-precision training keeps float32 master weights instead.
+        raise ValueError(
+            f"model has {half[0]} parameters, which AdamW cannot update (eps underflows to 0): "
+            "train in float32 or bfloat16"
+        )
+    optimizer = torch.optim.AdamW(trainable, lr=lr, weight_decay=weight_decay)
     step_range = range(steps)
     if progress is not False:
         from tqdm import tqdm  # only when a bar is asked for
