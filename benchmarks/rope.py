@@ -30,6 +30,7 @@ from _record import record
 SHAPE = (1, 8, 4096, 128)
 TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=17179869184"
 TARGET_VS_TRANSFORMERS, TARGET_VS_FLOOR = 0.5, 4.0
+RUNS = 3  # processes per allocator configuration
 
 
 def measure() -> dict[str, dict[str, float]]:
@@ -93,7 +94,12 @@ def main(record_run: bool = False) -> int:
     print(f"RoPE on q and k of shape {SHAPE}, float32; median ms (ratio to transformers llama)")
     verdicts, table = [], []
     for label, tunables in (("default malloc", None), ("steady malloc (GLIBC_TUNABLES)", TUNABLES)):
-        results = run_child(__file__, "--worker", tunables)
+        # This VM's timings drift between processes by up to ~1.5x: each configuration runs in
+        # RUNS fresh processes and keeps, per implementation, the fastest of their medians.
+        runs = [run_child(__file__, "--worker", tunables) for _ in range(RUNS)]
+        results = {
+            threads: {name: min(run[threads][name] for run in runs) for name in runs[0][threads]} for threads in runs[0]
+        }
         print(f"\n{label}" + (f": GLIBC_TUNABLES={tunables}" if tunables else ""))
         for threads, row in results.items():
             base = row["transformers llama"]
@@ -106,13 +112,14 @@ def main(record_run: bool = False) -> int:
             )
             if tunables:
                 verdicts.append(vs_transformers <= TARGET_VS_TRANSFORMERS and vs_floor <= TARGET_VS_FLOOR)
+            short = "steady" if tunables else "default"  # the recorded table stays narrow enough for a page
             table += [
-                [label, threads, name, f"{t * 1e3:.2f}", f"{t / base:.2f}", f"{t / row['clone floor']:.1f}"]
+                [short, threads.split()[0], name, f"{t * 1e3:.2f}", f"{t / base:.2f}", f"{t / row['clone floor']:.1f}"]
                 for name, t in row.items()
             ]
     print("\ntargets met (steady-allocator run):", all(verdicts))
     if record_run:
-        header = ["allocator", "threads", "implementation", "median ms", "/ transformers llama", "/ clone floor"]
+        header = ["malloc", "threads", "implementation", "ms", "÷ llama", "÷ floor"]
         record("rope", header, table)
     return 0 if all(verdicts) else 1
 
