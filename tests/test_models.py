@@ -248,3 +248,11 @@ def test_loss_and_forward_name_bad_arguments():
         model.loss(tokens, tokens[:, :4], mask)
     with pytest.raises(ValueError, match=r"tokens must hold at least one sequence of at least one token, got \(2, 0\)"):
         model(tokens[:, :0])
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_every_scheme_traces_shapes_on_the_meta_device(position):
+    # A meta model has shapes and no data: value checks must step aside, not fail inside torch.
+    model = TinyTransformer(VOCAB, position=position, dim=DIM, num_heads=HEADS, num_layers=LAYERS, device="meta")
+    logits = model(torch.zeros(2, 7, dtype=torch.long, device="meta"))
+    assert logits.is_meta and logits.shape == (2, 7, VOCAB)

@@ -32,6 +32,15 @@ def check_integer_tensor(name: str, value: object) -> Tensor:
     return value
 
 
+def has_values(tensor: Tensor) -> bool:
+    """True if ``tensor`` holds values that checks can read: non-empty and not on the meta device.
+
+    A meta tensor has a shape but no data (it is used to trace shapes); value checks skip it, and the
+    result of the computation is a meta tensor too, so nothing wrong can come out of it.
+    """
+    return tensor.numel() > 0 and not tensor.is_meta
+
+
 def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
     """Return ``value`` as an ``int`` if it is an integer (not a bool) >= ``minimum``, else raise."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):

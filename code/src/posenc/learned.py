@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_integer_tensor, check_real
+from posenc._checks import check_int, check_integer_tensor, check_real, has_values
 
 __all__ = ["KNOWN_TABLES", "LearnedPositionalEmbedding"]
 
@@ -50,7 +50,7 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, positions: Tensor) -> Tensor:
         check_integer_tensor("positions", positions)
-        if positions.numel():
+        if has_values(positions):
             lowest, highest = int(positions.min()), int(positions.max())
             if lowest < 0:
                 raise ValueError(f"positions must be >= 0, got {lowest}")

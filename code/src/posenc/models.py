@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_real, check_tensor
+from posenc._checks import check_int, check_real, check_tensor, has_values
 from posenc.alibi import alibi_bias
 from posenc.attention import scaled_dot_product_attention
 from posenc.learned import LearnedPositionalEmbedding
@@ -354,7 +354,7 @@ class TinyTransformer(nn.Module):
             raise TypeError(f"tokens must be int64, got {tokens.dtype}")
         if 0 in tokens.shape:
             raise ValueError(f"tokens must hold at least one sequence of at least one token, got {tuple(tokens.shape)}")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
+        if has_values(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= self.vocab_size):
             raise ValueError(
                 f"tokens must be in [0, {self.vocab_size}), got values {int(tokens.min())}..{int(tokens.max())}"
             )

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_integer_tensor, check_real, check_tensor, float_dtype
+from posenc._checks import check_int, check_integer_tensor, check_real, check_tensor, float_dtype, has_values
 from posenc.rope_scaling import LENGTH_DEPENDENT, ROPE_TYPES, _inv_freq, _resolve
 
 __all__ = [
@@ -115,7 +115,7 @@ def _check_positions(positions: object, *, name: str = "positions", compute: tor
     """Integer positions as int64 (indexing with uint8 would be a boolean mask), >= 0, exact in ``compute``."""
     check_integer_tensor(name, positions)
     positions = positions.long()
-    if positions.numel():
+    if has_values(positions):
         low, high = int(positions.min()), int(positions.max())
         if low < 0:
             raise ValueError(f"{name} must be >= 0, got {low}")
@@ -141,7 +141,7 @@ def rope_cos_sin(
     dtype = float_dtype("dtype", dtype)
     positions = _check_positions(positions, compute=dtype)
     check_tensor("inv_freq", inv_freq, ndim=1, floating=True)
-    if not bool(inv_freq.isfinite().all()):
+    if has_values(inv_freq) and not bool(inv_freq.isfinite().all()):
         raise ValueError(f"inv_freq must be finite, got {inv_freq.tolist()}")
     if inv_freq.device != positions.device:
         raise ValueError(f"positions ({positions.device}) and inv_freq ({inv_freq.device}) must be on one device")
@@ -303,7 +303,7 @@ def _check_positions_for(x: Tensor, positions: object) -> Tensor:
 
 def _seq_len(positions: Tensor) -> int | None:
     # The length a model has seen when it rotates these positions (dynamic NTK and LongRoPE read it).
-    return int(positions.max()) + 1 if positions.numel() else None
+    return int(positions.max()) + 1 if has_values(positions) else None
 
 
 def apply_rope(
@@ -392,7 +392,7 @@ class RotaryEmbedding(nn.Module):
                 f"q is on {q.device} but this RotaryEmbedding is on {self.inv_freq.device}; move it with .to()"
             )
         positions = _check_positions_for(q, positions)
-        if positions.numel() and int(positions.max()) >= self.max_positions:
+        if has_values(positions) and int(positions.max()) >= self.max_positions:
             raise ValueError(
                 f"position {int(positions.max())} is past max_positions={self.max_positions} of this RotaryEmbedding"
             )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype
+from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype, has_values
 
 __all__ = ["shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
 
@@ -75,7 +75,7 @@ def sinusoidal_encoding(
     check_tensor("positions", positions)
     if positions.dtype == torch.bool or positions.is_complex():
         raise TypeError(f"positions must be an integer or real tensor, got {positions.dtype}")
-    if positions.is_floating_point() and not bool(positions.isfinite().all()):
+    if positions.is_floating_point() and has_values(positions) and not bool(positions.isfinite().all()):
         raise ValueError(f"positions must be finite, got {positions[~positions.isfinite()].flatten()[0].item()}")
     dim = check_even_dim("dim", dim)
     base = check_real("base", base, greater_than=1.0)
