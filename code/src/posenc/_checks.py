@@ -32,6 +32,15 @@ def check_integer_tensor(name: str, value: object) -> Tensor:
     return value
 
 
+def exact_integer_limit(dtype: torch.dtype) -> int:
+    """The largest integer below which every integer is exact in ``dtype`` (float64: 2**53, else 2**24).
+
+    Past it a position or a distance is rounded, so two different ones can share an angle (RoPE) or a
+    bias (ALiBi): callers refuse such inputs instead of answering silently wrong.
+    """
+    return 2**53 if dtype == torch.float64 else 2**24
+
+
 def has_values(tensor: Tensor) -> bool:
     """True if ``tensor`` holds values that checks can read: non-empty and not on the meta device.
 

@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor
 
-from posenc._checks import check_int, float_dtype
+from posenc._checks import check_int, exact_integer_limit, float_dtype
 from posenc.positions import _relative_positions, resolve_offset
 
 __all__ = ["alibi_bias", "alibi_slopes"]
@@ -98,7 +98,7 @@ def alibi_bias(
     offset = resolve_offset(q_len, k_len, offset)
     dtype = float_dtype("dtype", dtype)
     work = torch.promote_types(dtype, torch.float32)
-    exact = 2**53 if work == torch.float64 else 2**24  # every integer distance below this is exact in `work`
+    exact = exact_integer_limit(work)  # every integer distance below this is exact in `work`
     if max(offset + int(q_len), int(k_len)) > exact:
         raise ValueError(
             f"positions up to {max(offset + int(q_len), int(k_len)) - 1} are not exact in {work} distances "

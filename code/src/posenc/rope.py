@@ -47,7 +47,15 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_integer_tensor, check_real, check_tensor, float_dtype, has_values
+from posenc._checks import (
+    check_int,
+    check_integer_tensor,
+    check_real,
+    check_tensor,
+    exact_integer_limit,
+    float_dtype,
+    has_values,
+)
 from posenc.rope_scaling import LENGTH_DEPENDENT, ROPE_TYPES, _inv_freq, _resolve
 
 __all__ = [
@@ -62,10 +70,6 @@ __all__ = [
 ]
 
 PAIRINGS = ("half", "interleaved")
-
-# float32 represents every integer up to 2^24 exactly; beyond it float32(position) is rounded and
-# two positions can share an angle. float64 angles are exact up to 2^53.
-_EXACT_POSITIONS = {torch.float32: 2**24, torch.float64: 2**53}
 
 
 def rope_inv_freq(
@@ -119,7 +123,7 @@ def _check_positions(positions: object, *, name: str = "positions", compute: tor
         low, high = int(positions.min()), int(positions.max())
         if low < 0:
             raise ValueError(f"{name} must be >= 0, got {low}")
-        limit = _EXACT_POSITIONS[torch.float64 if compute == torch.float64 else torch.float32]
+        limit = exact_integer_limit(compute)  # past it, two positions can share an angle
         if high > limit:
             raise ValueError(
                 f"{name} must be <= 2**{limit.bit_length() - 1} = {limit} to be exact in {compute} angles, got {high}"
