@@ -108,7 +108,7 @@ def _install(app: Sphinx) -> None:
             raise ExtensionError(f"korean_ui: no translator registered for the {catalog!r} catalog")
         if isinstance(existing, gettext.GNUTranslations):
             # The object itself is shared (Jinja holds Sphinx's translator): update it in place.
-            existing._catalog.update(TRANSLATIONS)  # noqa: SLF001 - the documented gettext store
+            existing._catalog.update(TRANSLATIONS)
         else:
             ours = _BookTranslations()
             ours.add_fallback(existing)

@@ -128,14 +128,13 @@ def test_search_snippets_show_formulas_as_text(browser, base_url):
         page.wait_for_function(
             "() => document.querySelectorAll('#search-results ul.search li p.context').length > 0", timeout=20000
         )
-        converted = page.evaluate(
-            "Search.htmlToText('<div role=\"main\"><p>크기 \\\\(n \\\\times d\\\\) 행렬, \\\\(\\\\theta_i\\\\)</p></div>')"
-        )
+        sample = r'<div role="main"><p>크기 \\(n \\times d\\) 행렬, \\(\\theta_i\\)</p></div>'
+        converted = page.evaluate(f"Search.htmlToText('{sample}')")
         snippets = page.evaluate(
             "Array.from(document.querySelectorAll('#search-results ul.search li p.context')).map(p => p.innerText)"
         )
     finally:
         page.close()
-    assert converted == "크기 n × d 행렬, θ_i"
+    assert converted == "크기 n \N{MULTIPLICATION SIGN} d 행렬, θ_i"
     assert snippets
     assert not [s for s in snippets if re.search(r"\\\(|\\\)|\\times|\\frac|\$\$", s)], snippets
