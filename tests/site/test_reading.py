@@ -158,3 +158,37 @@ def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screens
         assert overflow <= 1, f"{page_path} is {overflow}px wider than a phone screen: {culprits}"
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("page_path", [c for c in CHAPTERS if '<div class="math' in (SITE / c).read_text()])
+def test_display_equations_fit_or_scroll_on_a_phone(page_path, browser, base_url):
+    """Every display equation fits its box or scrolls inside it; its number sits on its own line."""
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    try:
+        page.goto(base_url + page_path)
+        page.wait_for_load_state("networkidle")
+        page.evaluate("MathJax.startup.promise")
+        boxes = page.evaluate(
+            """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]')).map(c => {
+                 const box = c.getBoundingClientRect(), math = c.querySelector('mjx-math').getBoundingClientRect();
+                 const number = c.closest('div.math')?.querySelector('span.eqno');
+                 const n = number ? number.getBoundingClientRect() : null;
+                 const beside = n && n.width > 0 && n.top < box.bottom - 1 && n.bottom > box.top + 1;
+                 return {id: c.closest('div.math')?.id || '?', width: math.width, visible: box.width,
+                         scrollWidth: c.scrollWidth, overflow: getComputedStyle(c).overflowX,
+                         inside: box.left >= -1 && box.right <= window.innerWidth + 1, numberBeside: !!beside};
+               })"""
+        )
+    finally:
+        context.close()
+    assert boxes, f"{page_path}: no display equation found"
+    problems = []
+    for b in boxes:
+        fits = b["width"] <= b["visible"] + 1
+        scrolls = b["overflow"] in ("auto", "scroll") and b["scrollWidth"] >= b["width"] - 1
+        if not b["inside"] or not (fits or scrolls):
+            problems.append(f"{b['id']} is clipped ({b['width']:.0f}px of math in a {b['visible']:.0f}px box)")
+        if b["numberBeside"]:
+            problems.append(f"{b['id']}: the equation number sits beside the equation and narrows it")
+    assert not problems, f"{page_path}: {problems}"
