@@ -10,6 +10,7 @@ in Korean. Three strings that the themes never pass through gettext are handled 
 written: the two sidebar-toggle buttons, the sidebar's navigation label and the author line are
 templates in book/_templates, and the search box's placeholder is a theme option set here.
 Search result snippets show formulas as readable text (book/_static_files/search_math.js).
+Notebook chapters end with a line on downloading and running them (book/_templates).
 
 The browser test (tests/site/test_reading.py) fails on any English interface string it knows
 and on the broken author line, so a theme upgrade that adds new strings is noticed.
@@ -115,14 +116,18 @@ def _install(app: Sphinx) -> None:
             locale.translators[key] = ours
 
 
-def _set_search_text(app: Sphinx, config) -> None:
+def _set_theme_options(app: Sphinx, config) -> None:
+    options = dict(config.html_theme_options)
     if config.language == "ko":
-        config.html_theme_options = {**config.html_theme_options, "search_bar_text": SEARCH_BAR_TEXT}
+        options["search_bar_text"] = SEARCH_BAR_TEXT
+    # Under every notebook chapter, one line on downloading it and running it locally.
+    options["article_footer_items"] = ["notebook-note.html"]
+    config.html_theme_options = options
 
 
 def setup(app: Sphinx) -> dict[str, object]:
     # Search snippets show formulas as readable text, not TeX source (book/_static_files).
     app.add_js_file("search_math.js")
-    app.connect("config-inited", _set_search_text)
+    app.connect("config-inited", _set_theme_options)
     app.connect("builder-inited", _install)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
