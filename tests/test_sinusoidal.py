@@ -166,8 +166,8 @@ def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_bas
         (lambda: sinusoid_frequencies(8, base=-3.0), ValueError, "base must be > 1, got -3"),
         (lambda: sinusoid_frequencies(True), TypeError, "dim must be an integer"),
         (lambda: shift_matrix(1, 5), ValueError, "dim must be even"),
-        (lambda: shift_matrix("1", 4), TypeError, "k must be a real number"),
-        (lambda: shift_matrix(float("nan"), 4), ValueError, "k must be finite"),
+        (lambda: shift_matrix("1", 4), TypeError, "delta must be a real number"),
+        (lambda: shift_matrix(float("nan"), 4), ValueError, "delta must be finite"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(call, error, pattern):

@@ -4,8 +4,8 @@ Book: chapter 2 (``book/02_sinusoidal.ipynb``).
 
 .. math::
 
-    PE_{(pos, 2i)} = \sin(pos\,\omega_i), \qquad PE_{(pos, 2i+1)} = \cos(pos\,\omega_i), \qquad
-    \omega_i = \text{base}^{-2i/d}, \quad 0 \le i < d/2
+    PE_{(pos, 2i)} = \sin(pos\,\theta_i), \qquad PE_{(pos, 2i+1)} = \cos(pos\,\theta_i), \qquad
+    \theta_i = \text{base}^{-2i/d}, \quad 0 \le i < d/2
 
 Layout: the paper's, with even indices holding sines and odd indices cosines, pair ``i``
 occupying columns ``(2i, 2i+1)``. Other code bases concatenate all sines then all cosines, a
@@ -42,11 +42,11 @@ def _frequencies(
 
 
 def sinusoid_frequencies(dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float64) -> Tensor:
-    r"""Angular frequencies :math:`\omega_i = \text{base}^{-2i/d}` of the ``d/2`` pairs.
+    r"""Angular frequencies :math:`\theta_i = \text{base}^{-2i/d}` of the ``d/2`` pairs.
 
     The one home of this formula in posenc: the sinusoidal encoding (arXiv:1706.03762, chapter 2)
     and every RoPE variant (:math:`\theta_i`, arXiv:2104.09864, chapters 5 and 6) import it. Pair ``i``
-    has wavelength :math:`2\pi / \omega_i = 2\pi\, \text{base}^{2i/d}`: a geometric progression from
+    has wavelength :math:`2\pi / \theta_i = 2\pi\, \text{base}^{2i/d}`: a geometric progression from
     :math:`2\pi` up to :math:`2\pi\, \text{base}^{(d-2)/d}`.
 
     In float32 the result is bit-identical to transformers' default RoPE ``inv_freq``
@@ -66,7 +66,7 @@ def sinusoidal_encoding(
 ) -> Tensor:
     """The encoding of arbitrary (integer or real) positions, computed in float64 and cast to ``dtype``.
 
-    Computing the angles ``pos * omega_i`` in float64 matters: in float32 the angle of position
+    Computing the angles ``pos * theta_i`` in float64 matters: in float32 the angle of position
     10000 already carries an error of about 1e-3 radians.
 
     Shapes:
@@ -98,26 +98,28 @@ def sinusoidal_table(
     return sinusoidal_encoding(torch.arange(n_positions), dim, base=base, dtype=dtype)
 
 
-def shift_matrix(k: float, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
-    r"""The matrix :math:`M(k)` with :math:`PE_{pos+k} = M(k)\, PE_{pos}` for every position.
+def shift_matrix(delta: float, dim: int, *, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+    r"""The matrix :math:`M(\Delta)` with :math:`PE_{pos+\Delta} = M(\Delta)\, PE_{pos}` for every position.
 
-    By the angle-addition identities, pair ``i`` transforms as
+    By the angle-addition identities, pair ``i`` (frequency :math:`\theta_i`) transforms as
 
     .. math::
 
-        \begin{pmatrix} \sin((pos+k)\omega_i) \\ \cos((pos+k)\omega_i) \end{pmatrix}
-        = \begin{pmatrix} \cos k\omega_i & \sin k\omega_i \\ -\sin k\omega_i & \cos k\omega_i \end{pmatrix}
-          \begin{pmatrix} \sin(pos\,\omega_i) \\ \cos(pos\,\omega_i) \end{pmatrix},
+        \begin{pmatrix} \sin((pos+\Delta)\theta_i) \\ \cos((pos+\Delta)\theta_i) \end{pmatrix}
+        = \begin{pmatrix} \cos \Delta\theta_i & \sin \Delta\theta_i \\
+            -\sin \Delta\theta_i & \cos \Delta\theta_i \end{pmatrix}
+          \begin{pmatrix} \sin(pos\,\theta_i) \\ \cos(pos\,\theta_i) \end{pmatrix},
 
-    so :math:`M(k)` is block-diagonal with one 2x2 rotation per pair and depends on ``k`` only.
-    It is orthogonal, :math:`M(0) = I` and :math:`M(a) M(b) = M(a + b)`. ``k`` may be negative.
+    so :math:`M(\Delta)` is block-diagonal with one 2x2 rotation per pair and depends on the shift
+    ``delta`` only. It is orthogonal, :math:`M(0) = I` and :math:`M(a) M(b) = M(a + b)`. ``delta``
+    may be negative.
 
     Shapes:
         returns ``(d, d)``.
     """
-    k = check_real("k", k)
+    delta = check_real("delta", delta)
     dtype = float_dtype("dtype", dtype)
-    angle = k * sinusoid_frequencies(dim, base=base)  # (d/2,), float64
+    angle = delta * sinusoid_frequencies(dim, base=base)  # (d/2,), float64
     cos, sin = angle.cos(), angle.sin()
     blocks = torch.stack((torch.stack((cos, sin), -1), torch.stack((-sin, cos), -1)), -2)  # (d/2, 2, 2)
     return torch.block_diag(*blocks).to(dtype)  # (d, d)
