@@ -36,6 +36,7 @@ from posenc.rope import (
 )
 from posenc.rope_scaling import ROPE_SCALINGS, RopeSettings, rope_settings
 from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
     "KNOWN_TABLES",
@@ -44,6 +45,7 @@ __all__ = [
     "POSITION_SCHEME_CLASSES",
     "ROPE_SCALINGS",
     "ROPE_TYPES",
+    "XPOS_ROLES",
     "LearnedPositionalEmbedding",
     "RopeSettings",
     "RotaryEmbedding",
@@ -52,6 +54,7 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
+    "apply_xpos",
     "causal_mask",
     "default_device",
     "relative_positions",
@@ -73,5 +76,6 @@ __all__ = [
     "tasks",
     "tensor_memory_peak",
     "use_book_style",
+    "xpos_zeta",
 ]
 __version__ = "1.0.0"
