@@ -20,7 +20,9 @@ be negative) or when the queries are not the last positions (e.g. ``offset=0``: 
 
     r_{ij} = j - (\text{offset} + i), \qquad \text{offset} = s_k - s_q \ \text{by default}
 
-Book: chapter 4 (``book/04_relative.ipynb``, relative-position matrix and KV cache sections).
+Book: the relative-position chapter (``book/04_relative.ipynb``, relative-position matrix and KV
+cache sections). In the book's notation a query row i is at position m = offset + i, a key column
+j at n = j, and the relative position is r = n - m.
 
 Shapes:
     s_q: query length, s_k: key length. Both functions here return ``(s_q, s_k)``.

@@ -1,15 +1,16 @@
 r"""Relative position: T5's bucketed bias and Shaw et al.'s attention.
 
-Book: chapter 4 (``book/04_relative.ipynb``).
+Book: the chapter on relative position (``book/04_relative.ipynb``); notation as in the book's
+table: query position m, key position n, relative position r = n - m, Shaw's clip distance c.
 
-Positions follow :mod:`posenc.positions`: query ``i`` sits at ``offset + i``, key ``j`` at ``j``, the
-relative position is ``j - (offset + i)`` (key minus query, T5's sign), and ``offset=None`` means
+Positions follow :mod:`posenc.positions`: query row ``i`` sits at m = ``offset + i``, key column ``j``
+at n = ``j``, the relative position is r = n - m (key minus query, T5's sign), and ``offset=None`` means
 ``s_k - s_q`` (the queries are the last ``s_q`` positions, as in a KV-cache decode step).
 :func:`relative_positions` lives there and is re-exported here.
 
 Shapes:
-    b: batch, h: heads, s_q: query length, s_k: key length, d: head dim, r = 2k + 1: number of
-    clipped distances in Shaw et al.'s tables.
+    b: batch, h: heads, s_q: query length, s_k: key length, d: head dim, 2c + 1: number of
+    clipped distances in Shaw et al.'s tables (c = ``max_relative``).
 """
 
 from __future__ import annotations
@@ -95,17 +96,17 @@ def t5_relative_bucket(
     r"""T5's bucket index for each relative position (Raffel et al., 2020, arXiv:1910.10683).
 
     ``relative_position`` is key position minus query position (:mod:`posenc.positions`).
-    With ``bidirectional`` the buckets are split in half: keys after the query (``j - i > 0``)
+    With ``bidirectional`` the buckets are split in half: keys after the query (r = n - m > 0)
     use the upper half. Otherwise only keys at or before the query count (later ones fall in
-    bucket 0). Within a direction with ``B`` buckets and distance :math:`r = |j - i|`:
+    bucket 0). Within a direction with ``N`` buckets and distance :math:`\rho = |r|`:
 
     .. math::
 
         \text{bucket}(r) =
         \begin{cases}
-            r & r < B/2 \quad\text{(exact zone)} \\
-            \min\!\Big(B - 1,\ B/2 + \Big\lfloor \frac{\ln(r / (B/2))}{\ln(\text{max\_distance} / (B/2))}
-                \,(B - B/2) \Big\rfloor\Big) & \text{otherwise (logarithmic zone)}
+            \rho & \rho < N/2 \quad\text{(exact zone)} \\
+            \min\!\Big(N - 1,\ N/2 + \Big\lfloor \frac{\ln(\rho / (N/2))}{\ln(\text{max\_distance} / (N/2))}
+                \,(N - N/2) \Big\rfloor\Big) & \text{otherwise (logarithmic zone)}
         \end{cases}
 
     so every distance of at least about ``max_distance`` shares the last bucket. The arithmetic is
@@ -126,9 +127,9 @@ class T5RelativeBias(nn.Module):
 
     .. math::
 
-        B_{h,ij} = w_{\text{bucket}(j - (\text{offset} + i)),\,h}
+        B_{h,mn} = \phi_h(\text{bucket}(n - m)), \qquad m = \text{offset} + i,\ n = j
 
-    (arXiv:1910.10683, section 2.1; book chapter 4). T5 computes it once, in the first layer, and
+    (arXiv:1910.10683, section 2.1; the book's relative-position chapter). T5 computes it once, in the first layer, and
     shares it with every layer. Two ways to read it, with one layout, heads first:
 
     * :meth:`distance_bias` maps any integer tensor of relative positions ``(...)`` to ``(h, ...)`` (or,
@@ -136,7 +137,7 @@ class T5RelativeBias(nn.Module):
       FlexAttention ``score_mod`` (``score + t5.distance_bias(kv_idx - q_idx, head)``);
     * ``forward(q_len, k_len, offset=None)`` returns the ``(h, s_q, s_k)`` matrix, equal to
       ``distance_bias(relative_positions(q_len, k_len, offset=offset))``. It looks up only the
-      ``s_q + s_k - 1`` distinct relative positions: the bias depends on ``j - i`` alone, so the
+      ``s_q + s_k - 1`` distinct relative positions: the bias depends on r = n - m alone, so the
       matrix is Toeplitz and each diagonal is one value.
 
     Positions follow :mod:`posenc.positions` (``offset=None``: queries are the last ``s_q`` keys).
@@ -234,13 +235,13 @@ def _shaw_indices(q_len: int, k_len: int, max_relative: int, offset: int, device
 
 
 def shaw_relative_indices(q_len: int, k_len: int, max_relative: int, *, offset: int | None = None) -> Tensor:
-    """Row index into Shaw et al.'s tables for each (query, key) pair: ``clip(r_ij, -k, k) + k``.
+    """Row index into Shaw et al.'s tables for each (query, key) pair: ``clip(r, -c, c) + c``.
 
-    ``r_ij = j - (offset + i)`` as in :mod:`posenc.positions` (``offset=None``: ``k_len - q_len``);
-    ``k`` is ``max_relative`` (arXiv:1803.02155, eq. 5).
+    r = n - m = ``j - (offset + i)`` as in :mod:`posenc.positions` (``offset=None``:
+    ``k_len - q_len``); the clip distance c is ``max_relative`` (arXiv:1803.02155, eq. 5).
 
     Shapes:
-        returns ``(s_q, s_k)``, int64, in ``[0, 2k]``.
+        returns ``(s_q, s_k)``, int64, in ``[0, 2c]``.
     """
     offset = resolve_offset(q_len, k_len, offset)
     max_relative = check_int("max_relative", max_relative, minimum=1)
@@ -278,12 +279,13 @@ def shaw_attention_naive(
 
     .. math::
 
-        e_{ij} = \frac{q_i \cdot (k_j + a^K_{ij})}{\sqrt{d}}, \qquad
-        z_i = \sum_j \operatorname{softmax}_j(e_{ij})\,(v_j + a^V_{ij}), \qquad
-        a^{K,V}_{ij} = w^{K,V}_{\operatorname{clip}(j - (\text{offset} + i),\,-k,\,k)}
+        e_{mn} = \frac{q_m \cdot (k_n + \omega^K_{\operatorname{clip}(n - m,\,-c,\,c)})}{\sqrt{d}}, \qquad
+        z_m = \sum_n a_{mn}\,(v_n + \omega^V_{\operatorname{clip}(n - m,\,-c,\,c)}), \qquad
+        a_{mn} = \operatorname{softmax}_n(e_{mn})
 
-    The tables ``rel_k`` and ``rel_v`` (``w^K``, ``w^V``) hold 2k + 1 vectors shared by all heads.
-    This version materialises ``a^K`` and ``a^V`` as ``(s_q, s_k, d)`` tensors: its memory grows
+    with m = ``offset + i`` and n = ``j``. The tables ``rel_k`` and ``rel_v`` (the vectors
+    :math:`\omega^K_r`, :math:`\omega^V_r`) hold 2c + 1 vectors shared by all heads. This version
+    materialises the per-pair vectors as ``(s_q, s_k, d)`` tensors: its memory grows
     as ``s_q * s_k * d``. :func:`shaw_attention` gives the same result without them.
 
     Positions follow :mod:`posenc.positions`: ``offset=None`` means ``s_k - s_q`` (the queries are
@@ -293,8 +295,8 @@ def shaw_attention_naive(
     by ``d^{-1/2}`` before the products; output and weights are returned in q's dtype.
 
     Shapes:
-        q ``(b, h, s_q, d)``, k ``(b, h, s_k, d)``, v ``(b, h, s_k, d_v)``, rel_k ``(2k+1, d)``,
-        rel_v ``(2k+1, d_v)``; returns output ``(b, h, s_q, d_v)`` and weights ``(b, h, s_q, s_k)``.
+        q ``(b, h, s_q, d)``, k ``(b, h, s_k, d)``, v ``(b, h, s_k, d_v)``, rel_k ``(2c+1, d)``,
+        rel_v ``(2c+1, d_v)``; returns output ``(b, h, s_q, d_v)`` and weights ``(b, h, s_q, s_k)``.
     """
     max_relative, offset = _check_shaw(q, k, v, rel_k, rel_v, causal, offset)
     s_q, s_k, d = q.shape[2], k.shape[2], q.shape[3]
@@ -317,12 +319,13 @@ def shaw_attention(
 
     Two rearrangements (the idea behind Music Transformer's "skewing", arXiv:1809.04281):
 
-    * keys: :math:`q_i \cdot a^K_{ij} = (q_i \cdot w^K_r)` with ``r = clip(j - i) + k``, so compute
-      the ``(s_q, 2k+1)`` products ``q @ rel_k.T`` once and gather them into place;
-    * values: :math:`\sum_j \alpha_{ij} a^V_{ij} = \sum_r \big(\sum_{j: r(i,j) = r} \alpha_{ij}\big) w^V_r`,
-      so add the weights up per distance (scatter-add to ``(s_q, 2k+1)``) and multiply by ``rel_v``.
+    * keys: :math:`q_m \cdot \omega^K_{\operatorname{clip}(n - m)}` takes only 2c + 1 values per query,
+      so compute the ``(s_q, 2c+1)`` products ``q @ rel_k.T`` once and gather them into place;
+    * values: :math:`\sum_n a_{mn} \omega^V_{\operatorname{clip}(n-m)} = \sum_r \big(\sum_{n:\,
+      \operatorname{clip}(n - m) = r} a_{mn}\big) \omega^V_r`, so add the weights up per distance
+      (scatter-add to ``(s_q, 2c+1)``) and multiply by ``rel_v``.
 
-    Besides the attention matrix itself, the extra memory is ``O(s_q (2k+1))`` per head plus one
+    Besides the attention matrix itself, the extra memory is ``O(s_q (2c+1))`` per head plus one
     shared ``(s_q, s_k)`` index: nothing grows with ``s_q * s_k * d``. Equal to
     :func:`shaw_attention_naive` up to rounding; same ``offset`` and ``causal`` conventions.
 
