@@ -1,18 +1,20 @@
 r"""ALiBi: attention with linear biases (Press et al., 2022, arXiv:2108.12409).
 
-Book: chapter 6 (``book/06_beyond.ipynb``). No position vectors at all: each head ``h`` adds
-``-m_h * distance`` to the attention logits, with a fixed (not learned) slope ``m_h``:
+Book: the chapter beyond RoPE (``book/06_beyond.ipynb``). No position vectors at all: each head
+``h`` adds ``-mu_h * distance`` to the attention logits, with a fixed (not learned) slope
+:math:`\mu_h` (the paper's :math:`m`; the book keeps m for the query position):
 
 .. math::
 
-    \text{logit}_{ij} = \frac{q_i^\top k_j}{\sqrt{d}} - m_h\, |j - (\text{offset} + i)|
+    e_{mn} = \frac{q_m^\top k_n}{\sqrt{d}} - \mu_h\, |n - m|, \qquad m = \text{offset} + i,\ n = j
 
-Query ``i`` sits at position ``offset + i`` and key ``j`` at ``j`` (:mod:`posenc.positions`;
-``offset=None`` means ``s_k - s_q``: the queries are the last positions, as in a decode step).
+Query row ``i`` sits at position m = ``offset + i`` and key column ``j`` at n = ``j``
+(:mod:`posenc.positions`; ``offset=None`` means ``s_k - s_q``: the queries are the last positions,
+as in a decode step).
 
-For ``n`` heads, a power of two, the slopes are the geometric sequence that starts at
-:math:`2^{-8/n}` with that same ratio: :math:`m_h = 2^{-8h/n}`, ``h = 1..n``. For other head
-counts the paper takes the slopes of the closest power of two below ``n`` and adds every other
+For ``H`` heads, a power of two, the slopes are the geometric sequence that starts at
+:math:`2^{-8/H}` with that same ratio: :math:`\mu_h = 2^{-8h/H}`, ``h = 1..H``. For other head
+counts the paper takes the slopes of the closest power of two below ``H`` and adds every other
 slope of the sequence for twice that number.
 
 Shapes:
@@ -33,7 +35,7 @@ __all__ = ["alibi_bias", "alibi_slopes"]
 
 
 def _power_of_two_slopes(n: int) -> list[float]:
-    start = 2.0 ** (-8.0 / n)  # 2^(-8/n), then the same ratio: m_h = start^h
+    start = 2.0 ** (-8.0 / n)  # 2^(-8/H), then the same ratio: mu_h = start^h
     return [start**h for h in range(1, n + 1)]
 
 
@@ -57,7 +59,7 @@ def _check_heads(num_heads: object) -> int:
 
 
 def alibi_slopes(num_heads: int) -> Tensor:
-    """The fixed per-head slopes ``m_h`` of ALiBi, in the paper's order (the power-of-two part first).
+    """The fixed per-head slopes ``mu_h`` of ALiBi, in the paper's order (the power-of-two part first).
 
     Shapes:
         returns ``(h,)``, float32.
@@ -75,15 +77,15 @@ def alibi_bias(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> Tensor:
-    r"""ALiBi's additive bias ``-m_h * |j - (offset + i)|`` for queries at ``offset + i``, keys at ``j``.
+    r"""ALiBi's additive bias ``-mu_h * |n - m|`` for queries at m = ``offset + i``, keys at n = ``j``.
 
     .. math::
 
-        B_{h,ij} = -m_h\, |j - (\text{offset} + i)|
+        B_{h,mn} = -\mu_h\, |n - m|
 
-    In a causal decoder only keys ``j <= offset + i`` are seen, where this is the paper's
-    ``-m_h (i - j)`` (arXiv:2108.12409, section 3; book chapter 6). Within one query's row it
-    differs from BLOOM's ``m_h * j`` by a constant, which softmax ignores. ``offset=None`` means
+    In a causal decoder only keys ``n <= m`` are seen, where this is the paper's ``-m (i - j)``
+    (arXiv:2108.12409, section 3; the book's chapter beyond RoPE). Within one query's row it
+    differs from BLOOM's ``mu_h * n`` by a constant, which softmax ignores. ``offset=None`` means
     ``k_len - q_len`` (:mod:`posenc.positions`), so ``alibi_bias(h, 1, n)`` is the last row of
     ``alibi_bias(h, n, n)``: the bias of a KV-cache decode step.
 

@@ -60,8 +60,8 @@ def default_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | No
 def linear_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
     r"""Position interpolation, PI (Chen et al., arXiv:2306.15595; chapter 6).
 
-    Positions are squeezed by ``factor`` :math:`s` into the trained range, which is the same as
-    dividing every frequency: :math:`\theta'_i = \theta_i / s`.
+    Positions are squeezed by ``factor`` :math:`\alpha` into the trained range, which is the same as
+    dividing every frequency: :math:`\theta'_i = \theta_i / \alpha`.
     """
     return _frequencies(head_dim, base) / params["factor"], 1.0  # (d/2,)
 
@@ -88,7 +88,7 @@ def dynamic_ntk_inv_freq(head_dim: int, base: float, params: dict, seq_len: int 
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
-    # YaRN's temperature: sqrt(1/t) = 0.1 ln(s) + 1 (arXiv:2309.00071, eq. 22).
+    # YaRN's temperature: sqrt(1/tau) = 0.1 ln(alpha) + 1 (arXiv:2309.00071, eq. 22).
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
@@ -97,12 +97,12 @@ def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None)
 
     Pair ``i`` turns :math:`r_i = L_0 \theta_i / 2\pi` times within the original context. Pairs
     turning more than ``beta_fast`` times keep :math:`\theta_i`, pairs turning fewer than
-    ``beta_slow`` times are interpolated to :math:`\theta_i / s`, and a linear ramp :math:`\gamma_i`
+    ``beta_slow`` times are interpolated to :math:`\theta_i / \alpha`, and a linear ramp :math:`w_i`
     blends the pairs in between:
 
-    .. math:: \theta'_i = (1 - \gamma_i)\,\theta_i / s + \gamma_i\,\theta_i.
+    .. math:: \theta'_i = (1 - w_i)\,\theta_i / \alpha + w_i\,\theta_i.
 
-    cos and sin are multiplied by ``attention_factor``, by default :math:`0.1 \ln s + 1`, or with
+    cos and sin are multiplied by ``attention_factor``, by default :math:`0.1 \ln \alpha + 1`, or with
     DeepSeek's ``mscale``/``mscale_all_dim`` the ratio of two such terms (1.0 when they are equal:
     DeepSeek-V3 applies its temperature in the softmax scale instead). Arithmetic follows
     transformers (float32 frequencies, float64 Python scalars).
@@ -127,8 +127,8 @@ def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None)
         high += 0.001  # avoid a zero-width ramp, as transformers does
     ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
     theta = _frequencies(head_dim, base)  # (d/2,)
-    interpolated = _frequencies(head_dim, base, divided_by=factor)  # theta_i / s, rounded as transformers does
-    keep = 1 - ramp  # gamma_i: 1 keeps theta_i (fast pairs), 0 interpolates (slow pairs)
+    interpolated = _frequencies(head_dim, base, divided_by=factor)  # theta_i / alpha, rounded as transformers does
+    keep = 1 - ramp  # w_i: 1 keeps theta_i (fast pairs), 0 interpolates (slow pairs)
     return interpolated * (1 - keep) + theta * keep, float(attention_factor)
 
 
@@ -137,10 +137,10 @@ def llama3_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | Non
 
     With wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`\lambda_{lo} = L_0 / \text{low\_freq\_factor}`
     and :math:`\lambda_{hi} = L_0 / \text{high\_freq\_factor}`: pairs with :math:`\lambda_i < \lambda_{hi}`
-    keep :math:`\theta_i`, pairs with :math:`\lambda_i > \lambda_{lo}` get :math:`\theta_i / s`, and in
-    between, with :math:`\mu_i = (L_0/\lambda_i - \text{low}) / (\text{high} - \text{low})`,
+    keep :math:`\theta_i`, pairs with :math:`\lambda_i > \lambda_{lo}` get :math:`\theta_i / \alpha`, and in
+    between, with :math:`w_i = (L_0/\lambda_i - \text{low}) / (\text{high} - \text{low})`,
 
-    .. math:: \theta'_i = (1 - \mu_i)\,\theta_i / s + \mu_i\,\theta_i.
+    .. math:: \theta'_i = (1 - w_i)\,\theta_i / \alpha + w_i\,\theta_i.
     """
     theta = _frequencies(head_dim, base)  # (d/2,)
     factor, original = params["factor"], params["original_max_position_embeddings"]
@@ -160,9 +160,9 @@ def longrope_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | N
     length exceeds :math:`L_0`, ``short_factor`` otherwise (also for ``seq_len=None``):
 
     .. math:: \theta'_i = \theta_i / \lambda_i, \qquad
-              \text{attention\_scale} = \sqrt{1 + \ln s / \ln L_0}\ \ (1 \text{ if } s \le 1),
+              \text{attention\_scale} = \sqrt{1 + \ln \alpha / \ln L_0}\ \ (1 \text{ if } \alpha \le 1),
 
-    with :math:`s` = ``factor``, or ``max_position_embeddings / L_0`` when ``factor`` is absent,
+    with :math:`\alpha` = ``factor``, or ``max_position_embeddings / L_0`` when ``factor`` is absent,
     unless ``attention_factor`` is given.
     """
     original = params["original_max_position_embeddings"]
@@ -184,7 +184,7 @@ def proportional_inv_freq(head_dim: int, base: float, params: dict, seq_len: int
     rotate, with the frequencies of the FULL head dimension; the other pairs get frequency 0 (no
     rotation), so the result keeps ``d/2`` entries. All are divided by ``factor`` (default 1):
 
-    .. math:: \theta'_i = \text{base}^{-2i/d} / s \ (i < r), \qquad \theta'_i = 0 \ (i \ge r).
+    .. math:: \theta'_i = \text{base}^{-2i/d} / \alpha \ (i < r), \qquad \theta'_i = 0 \ (i \ge r).
     """
     rotated = int(params["partial_rotary_factor"] * head_dim // 2)
     theta = _frequencies(head_dim, base)[:rotated]  # (r,)
