@@ -29,8 +29,9 @@ KNOWN_TABLES: dict[str, tuple[int, int]] = {
 class LearnedPositionalEmbedding(nn.Module):
     """A trainable table of ``max_positions`` position vectors of size ``dim``.
 
-    Rows are initialised from N(0, ``init_std``^2), as BERT and GPT-2 do (std 0.02); pass a
-    ``generator`` for a reproducible initialisation.
+    Rows are initialised from N(0, ``init_std``^2) with std 0.02 by default, BERT's initializer
+    range and Hugging Face's GPT-2 (OpenAI's released GPT-2 code drew its position table with std
+    0.01); pass a ``generator`` for a reproducible initialisation.
 
     Shapes:
         forward: positions ``(...)`` integers in ``[0, max_positions)``; returns ``(..., d)``.
