@@ -28,8 +28,8 @@ from conftest import SITE
 PAGES = {
     "sinusoidal": "book/02_sinusoidal.html",
     "t5": "book/04_relative.html",
-    "rope2d": "book/05_rope.html",
-    "scaling": "book/06_beyond.html",
+    "rope2d": "book/06_rope.html",
+    "scaling": "book/07_beyond.html",
 }
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}

@@ -69,7 +69,7 @@ def search(browser, base_url: str, query: str, screenshot: Path | None = None) -
     [
         ("트랜스포머", {"book/intro.html", "book/01_why_position.html"}),
         ("위치", {f"book/0{n}_" for n in range(1, 9)}),
-        ("회전", {"book/02_sinusoidal.html", "book/05_rope.html"}),
+        ("회전", {"book/02_sinusoidal.html", "book/06_rope.html"}),
         ("RoPE", {"book/02_sinusoidal.html", "book/04_relative.html"}),  # they only say RoPE다, RoPE는
     ],
 )

@@ -1,6 +1,6 @@
 r"""ALiBi: attention with linear biases (Press et al., 2022, arXiv:2108.12409).
 
-Book: the chapter beyond RoPE (``book/06_beyond.ipynb``). No position vectors at all: each head
+Book: the chapter beyond RoPE (``book/07_beyond.ipynb``). No position vectors at all: each head
 ``h`` adds ``-mu_h * distance`` to the attention logits, with a fixed (not learned) slope
 :math:`\mu_h` (the paper's :math:`m`; the book keeps m for the query position):
 

@@ -1,14 +1,14 @@
 """Measure the memory an operation needs, exactly and on any device: the peak bytes of live tensors.
 
-Book: chapter 4 (the cost of relative position). CPU PyTorch keeps no allocator statistics, and
-process-level numbers (RSS) mix in the allocator's caching. :func:`tensor_memory_peak` instead
-watches every tensor the operation creates (through a ``TorchDispatchMode``), adds a storage's
-size when it first appears and subtracts it when the last tensor using it is freed. The peak is
-a property of the computation, not of the machine: the same on every run. It does not see
-scratch memory that a kernel allocates internally and frees before returning, nor a tensor built
-from Python data inside the operation (``torch.tensor([...])`` does not go through the dispatcher,
-so it counts as an input): it measures what torch operators allocate, which is what the book's
-comparisons are about.
+Book: chapter 5 (``book/05_position_cost.ipynb``, the cost of position in the kernel). CPU PyTorch
+keeps no allocator statistics, and process-level numbers (RSS) mix in the allocator's caching.
+:func:`tensor_memory_peak` instead watches every tensor the operation creates (through a
+``TorchDispatchMode``), adds a storage's size when it first appears and subtracts it when the last
+tensor using it is freed. The peak is a property of the computation, not of the machine: the same
+on every run. It does not see scratch memory that a kernel allocates internally and frees before
+returning, nor a tensor built from Python data inside the operation (``torch.tensor([...])`` does
+not go through the dispatcher, so it counts as an input): it measures what torch operators
+allocate, which is what the book's comparisons are about.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""Rotary position embedding, RoPE (Su et al., RoFormer, arXiv:2104.09864), and its scaled variants.
 
-Book: chapter 5 (``book/05_rope.ipynb``) and the RoPE scaling atlas of chapter 6.
+Book: chapter 6 (``book/06_rope.ipynb``) and the RoPE scaling atlas of chapter 7.
 
 Each pair of features of a query or key at position ``m`` is rotated by the angle ``m * theta_i``:
 
@@ -82,9 +82,9 @@ def rope_inv_freq(
     r"""Inverse frequencies :math:`\theta_i` of RoPE, and the factor that cos and sin are multiplied by.
 
     Dispatches through the registry :data:`posenc.rope_scaling.ROPE_SCALINGS` (formulas and papers
-    there): ``default`` (arXiv:2104.09864, chapter 5), ``linear`` (PI, arXiv:2306.15595), ``dynamic``
+    there): ``default`` (arXiv:2104.09864, chapter 6), ``linear`` (PI, arXiv:2306.15595), ``dynamic``
     (dynamic NTK), ``yarn`` (arXiv:2309.00071), ``llama3`` (arXiv:2407.21783), ``longrope``
-    (arXiv:2402.13753, Phi-3) and ``proportional`` (chapter 6).
+    (arXiv:2402.13753, Phi-3) and ``proportional`` (chapter 7).
 
     ``scaling`` is a model's ``rope_scaling`` from ``config.json`` (legacy key ``"type"`` accepted)
     or transformers 5's ``config.rope_parameters``. ``base`` defaults to the dict's ``rope_theta``,
@@ -282,7 +282,7 @@ def rope_rotate(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str = "half") -
       numbers without a copy, and one complex multiply by :math:`e^{i m\theta}` rotates them all;
       half precision (no complex32 kernels on CPU) takes the pairs written out instead.
 
-    Book: chapter 5. Validates its arguments; internal calls use the unchecked ``_rotate``.
+    Book: chapter 6. Validates its arguments; internal calls use the unchecked ``_rotate``.
 
     Shapes:
         x ``(b, h, s, d)``; cos, sin ``(s, r/2)``, ``(b, s, r/2)`` or ``(b, 1, s, r/2)`` in x's dtype
@@ -318,7 +318,7 @@ def apply_rope(
     pairing: str = "half",
     scaling: Mapping | None = None,
 ) -> Tensor:
-    """Rotate queries or keys ``x`` by their positions: a pure function (chapter 5).
+    """Rotate queries or keys ``x`` by their positions: a pure function (chapter 6).
 
     ``base`` and ``scaling`` as in :func:`rope_inv_freq`; for the length-dependent types
     (``dynamic``, ``longrope``) the length is ``max(positions) + 1``. Equals :class:`RotaryEmbedding`.
@@ -347,7 +347,7 @@ class RotaryEmbedding(nn.Module):
 
     ``inv_freq`` follows the module's device but never its dtype: ``.half()`` or
     ``.to(torch.bfloat16)`` keep it float32 (a bf16 ``inv_freq`` would be off by 0.4% at every
-    position), see ``_apply``. Chapter 5; the scaling types in chapter 6.
+    position), see ``_apply``. Chapter 6; the scaling types in chapter 7.
 
     Shapes:
         q ``(b, h_q, s, d)``, k ``(b, h_k, s, d)`` (grouped-query attention: ``h_k`` may differ),

@@ -1,7 +1,7 @@
 r"""RoPE scaling: one small pure function per ``rope_type``, and reading a model's RoPE settings.
 
-Book: chapter 5 (``book/05_rope.ipynb``) for ``default``; the RoPE scaling atlas of chapter 6
-(``book/06_beyond.ipynb``) for the others.
+Book: chapter 6 (``book/06_rope.ipynb``) for ``default``; the RoPE scaling atlas of chapter 7
+(``book/07_beyond.ipynb``) for the others.
 
 Every function of :data:`ROPE_SCALINGS` has the signature of transformers' ``ROPE_INIT_FUNCTIONS``
 reduced to what the formula needs::
@@ -50,7 +50,7 @@ DEFAULT_BASE = 10000.0
 
 
 def default_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""RoPE's own frequencies (RoFormer, arXiv:2104.09864; chapter 5).
+    r"""RoPE's own frequencies (RoFormer, arXiv:2104.09864; chapter 6).
 
     .. math:: \theta_i = \text{base}^{-2i/d}, \quad 0 \le i < d/2.
     """
@@ -58,7 +58,7 @@ def default_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | No
 
 
 def linear_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""Position interpolation, PI (Chen et al., arXiv:2306.15595; chapter 6).
+    r"""Position interpolation, PI (Chen et al., arXiv:2306.15595; chapter 7).
 
     Positions are squeezed by ``factor`` :math:`\alpha` into the trained range, which is the same as
     dividing every frequency: :math:`\theta'_i = \theta_i / \alpha`.
@@ -67,7 +67,7 @@ def linear_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | Non
 
 
 def dynamic_ntk_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""Dynamic NTK-aware scaling (chapter 6).
+    r"""Dynamic NTK-aware scaling (chapter 7).
 
     No paper: "NTK-Aware Scaled RoPE" was posted by bloc97 on Reddit r/LocalLLaMA (June 2023) and
     made dynamic by emozilla ("Dynamically Scaled RoPE", same forum); YaRN (arXiv:2309.00071, sec. 3)
@@ -93,7 +93,7 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
 
 
 def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""YaRN (Peng et al., arXiv:2309.00071; chapter 6): NTK-by-parts interpolation plus a temperature.
+    r"""YaRN (Peng et al., arXiv:2309.00071; chapter 7): NTK-by-parts interpolation plus a temperature.
 
     Pair ``i`` turns :math:`r_i = L_0 \theta_i / 2\pi` times within the original context. Pairs
     turning more than ``beta_fast`` times keep :math:`\theta_i`, pairs turning fewer than
@@ -133,7 +133,7 @@ def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None)
 
 
 def llama3_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""Llama 3.1's frequency-dependent interpolation (Llama 3 paper, arXiv:2407.21783; chapter 6).
+    r"""Llama 3.1's frequency-dependent interpolation (Llama 3 paper, arXiv:2407.21783; chapter 7).
 
     With wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`\lambda_{lo} = L_0 / \text{low\_freq\_factor}`
     and :math:`\lambda_{hi} = L_0 / \text{high\_freq\_factor}`: pairs with :math:`\lambda_i < \lambda_{hi}`
@@ -154,7 +154,7 @@ def llama3_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | Non
 
 
 def longrope_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""LongRoPE (Ding et al., arXiv:2402.13753), as shipped in Phi-3 (arXiv:2404.14219); chapter 6.
+    r"""LongRoPE (Ding et al., arXiv:2402.13753), as shipped in Phi-3 (arXiv:2404.14219); chapter 7.
 
     Each pair has its own searched rescale factor :math:`\lambda_i`: ``long_factor`` when the
     length exceeds :math:`L_0`, ``short_factor`` otherwise (also for ``seq_len=None``):

@@ -1,7 +1,7 @@
 r"""xPos: RoPE with a per-pair exponential decay (Sun et al., "A Length-Extrapolatable Transformer",
 arXiv:2212.10554).
 
-Book: chapter 6 (``book/06_beyond.ipynb``, section "xPos").
+Book: chapter 7 (``book/07_beyond.ipynb``, section "xPos").
 
 xPos rotates queries and keys exactly as RoPE does (:mod:`posenc.rope`) and, in addition, scales
 pair ``i`` of a query at position ``m`` by :math:`\zeta_i^{m/\kappa}` and pair ``i`` of a key at

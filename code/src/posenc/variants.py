@@ -1,0 +1,303 @@
+r"""Variants of RoPE and of position in attention found in 2024-2026 models: p-RoPE, interleaved NoPE
+layers (Llama 4's iRoPE), contextual positions (CoPE) and FIRE's normalised-distance bias.
+
+Book: the chapter on today's variants (``book/08_variants.ipynb``).
+
+* **p-RoPE** (Barbero et al., "Round and Round We Go! What makes Rotary Positional Encodings useful?",
+  arXiv:2410.06205): keep the fastest fraction ``p`` of RoPE's frequencies and set the rest to zero, so
+  the slowest pairs are not rotated at all:
+
+  .. math::
+
+      \theta^{(p)}_i = \begin{cases} \text{base}^{-2i/d} & i < \lfloor p\, d/2 \rfloor \\ 0 & \text{otherwise}
+      \end{cases}
+
+  ``p = 1`` is RoPE, ``p = 0`` is NoPE. GPT-NeoX's partial rotary (``partial_rotary_factor``,
+  :func:`posenc.rope_inv_freq`) differs: it rotates ``d_rot`` features with the frequencies
+  :math:`\text{base}^{-2i/d_{\text{rot}}}`, which still reach down to slow ones.
+* **Interleaved NoPE layers** (Llama 4, "iRoPE"): every ``nope_every``-th layer (layers ``l`` with
+  ``(l + 1) % nope_every == 0``; transformers' ``no_rope_layer_interval = 4``) attends without any
+  position; the others use RoPE. Llama 4 also multiplies the queries of its NoPE layers by
+  :func:`llama4_attention_scale` and restricts its RoPE layers to chunks of 8192 tokens.
+* **CoPE** (Golovneva et al., "Contextual Position Encoding", arXiv:2405.18719): a gate
+  :math:`g_{mt} = \sigma(e_{mt})` per query and key, the contextual position of key ``n`` seen from query
+  ``m`` is :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}`, and the logit gains :math:`q_m^\top u[\nu_{mn}]`,
+  with a learned table ``u`` (``pos_emb``) read between integer rows by linear interpolation.
+* **FIRE** (Li et al., "Functional Interpolation for Relative Positions Improves Long Context
+  Transformers", arXiv:2310.04418): a logit bias from a small MLP of the normalised distance,
+
+  .. math::
+
+      B_{mn} = \operatorname{MLP}\!\left(\frac{\psi(m - n)}{\psi(\max(m, L_{\text{thr}}))}\right), \qquad
+      \psi(x) = \ln(\eta x + 1),
+
+  whose input stays in [0, 1] for every causal pair at any length (progressive interpolation).
+
+Shapes:
+    b: batch, h: heads, s: sequence length, d: head dim, P: rows of CoPE's position table.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from posenc._checks import check_int, check_real, check_tensor, has_values
+from posenc.models import ModelShape, PositionScheme, TinyTransformer
+from posenc.rope import RotaryEmbedding, rope_cos_sin, rope_rotate
+
+__all__ = [
+    "FIREBias",
+    "InterleavedRoPE",
+    "apply_p_rope",
+    "cope_attention",
+    "cope_logits",
+    "cope_positions",
+    "fire_normalized_distance",
+    "irope_layers",
+    "irope_transformer",
+    "llama4_attention_scale",
+    "p_rope_inv_freq",
+]
+
+
+# ---- p-RoPE ----------------------------------------------------------------------------------------
+
+
+def p_rope_inv_freq(head_dim: int, *, p: float, base: float = 10000.0) -> Tensor:
+    r"""p-RoPE's frequencies: :math:`\theta_i = \text{base}^{-2i/d}` for the first ``floor(p d/2)`` pairs, 0 after.
+
+    A pair with frequency 0 is never rotated: it carries content only (arXiv:2410.06205).
+
+    Shapes:
+        returns ``(d/2,)`` float32.
+    """
+    head_dim = check_int("head_dim", head_dim, minimum=2)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even, got {head_dim}")
+    p = check_real("p", p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    base = check_real("base", base, greater_than=1.0)
+    theta = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (d/2,)
+    kept = math.floor(p * head_dim / 2)
+    theta[kept:] = 0.0  # the slowest pairs: not rotated
+    return theta
+
+
+def apply_p_rope(x: Tensor, positions: Tensor, *, p: float, base: float = 10000.0) -> Tensor:
+    """Rotate ``x`` by p-RoPE (pairs ``(i, i + d/2)``): RoPE on the fast pairs, the slow pairs unchanged.
+
+    Shapes:
+        x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers >= 0; returns ``(b, h, s, d)``.
+    """
+    check_tensor("x", x, ndim=4, floating=True)
+    theta = p_rope_inv_freq(x.shape[-1], p=p, base=base)
+    cos, sin = rope_cos_sin(positions, theta.to(positions.device), dtype=x.dtype)  # ([b,] s, d/2)
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]  # (b, 1, s, d/2)
+    return rope_rotate(x, cos.to(x.device), sin.to(x.device), pairing="half")  # (b, h, s, d)
+
+
+# ---- Interleaved NoPE layers (Llama 4) --------------------------------------------------------------
+
+
+def irope_layers(num_layers: int, *, nope_every: int = 4) -> tuple[bool, ...]:
+    """Which layers use RoPE (True) and which none (False): layer ``l`` is NoPE when ``(l+1) % nope_every == 0``.
+
+    This is transformers' ``Llama4TextConfig.no_rope_layers`` built from ``no_rope_layer_interval``.
+    """
+    num_layers = check_int("num_layers", num_layers, minimum=1)
+    nope_every = check_int("nope_every", nope_every, minimum=1)
+    return tuple((layer + 1) % nope_every != 0 for layer in range(num_layers))
+
+
+def llama4_attention_scale(positions: Tensor, *, floor_scale: int = 8192, attn_scale: float = 0.1) -> Tensor:
+    r"""Llama 4's query scale on its NoPE layers: :math:`1 + \beta \ln(1 + \lfloor (m + 1)/F \rfloor)`.
+
+    ``F = floor_scale`` (8192) and :math:`\beta` = ``attn_scale`` (0.1), as transformers' Llama 4
+    (``attn_temperature_tuning``). It is exactly 1 for the first ``F - 1`` positions and grows
+    logarithmically beyond, sharpening the softmax over long contexts.
+
+    Shapes:
+        positions ``(s,)`` integers >= 0; returns ``(s,)`` float32.
+    """
+    check_tensor("positions", positions, ndim=1)
+    if positions.is_floating_point() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor, got {positions.dtype}")
+    if has_values(positions) and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got minimum {int(positions.min())}")
+    floor_scale = check_int("floor_scale", floor_scale, minimum=1)
+    attn_scale = check_real("attn_scale", attn_scale)
+    return torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0
+
+
+class InterleavedRoPE(PositionScheme):
+    """A lab position scheme: RoPE in most layers, none in every ``nope_every``-th (Llama 4's iRoPE).
+
+    The model's ``rotate`` hook does not know the layer, so the rotation happens in ``attend``, which
+    does; the positions are the model's, ``0 .. s-1``. Chunked attention and the temperature of the
+    NoPE layers are left out: at the lab's lengths (far below 8192) both change nothing.
+    """
+
+    def __init__(self, shape: ModelShape, *, nope_every: int = 4, base: float = 10000.0, max_positions: int = 4096):
+        super().__init__(shape)
+        if shape.head_dim % 2:
+            raise ValueError(f"rope needs an even head dim, got dim // num_heads = {shape.head_dim}")
+        self.rope_layers = irope_layers(shape.num_layers, nope_every=nope_every)
+        self.rotary = RotaryEmbedding(shape.head_dim, max_positions=max_positions, base=base)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+        if self.rope_layers[layer]:
+            positions = torch.arange(q.shape[2], device=q.device)  # (s,)
+            q, k = self.rotary(q, k, positions)  # 2 x (b, h, s, d)
+        return super().attend(layer, q, k, v, bias)  # (b, h, s, d), (b, h, s, s)
+
+    def extra_repr(self) -> str:
+        return "layers=" + "".join("R" if rope else "N" for rope in self.rope_layers)
+
+
+def irope_transformer(
+    vocab_size: int, *, nope_every: int = 4, base: float = 10000.0, max_positions: int = 4096, **model_options
+) -> TinyTransformer:
+    """A :class:`posenc.models.TinyTransformer` whose scheme is :class:`InterleavedRoPE`.
+
+    Built as the NoPE model (the scheme holds no parameters, so the weights are the same for a given
+    ``seed``) with the scheme replaced; ``model.position`` is ``"irope"``. ``model_options`` are
+    TinyTransformer's (``dim``, ``num_heads``, ``num_layers``, ``seed``, ``device``).
+    """
+    if "position" in model_options or "position_options" in model_options:
+        raise ValueError("irope_transformer sets the position scheme itself; do not pass position or position_options")
+    model = TinyTransformer(vocab_size, position="none", **model_options)
+    shape = ModelShape(model.dim, model.num_heads, len(model.blocks))
+    scheme = InterleavedRoPE(shape, nope_every=nope_every, base=base, max_positions=max_positions)
+    model.scheme = scheme.to(model.head.weight.device)
+    model.position = "irope"
+    return model
+
+
+# ---- CoPE -----------------------------------------------------------------------------------------
+
+
+def _causal_keep(s_q: int, s_k: int, device: torch.device) -> Tensor:
+    # Queries are the last s_q of s_k positions: query row j sits at position s_k - s_q + j.
+    return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)  # (s_q, s_k)
+
+
+def cope_positions(gates: Tensor) -> Tensor:
+    r"""Contextual positions :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}` for causal attention (arXiv:2405.18719).
+
+    Query row ``j`` is position ``m = s_k - s_q + j`` (a decode step with ``s_q = 1`` is the last row
+    of the full pass). Gates of keys after the query are ignored; there ``p`` is 0 (the mask removes
+    those keys anyway). With gates 1 on the tokens of one kind and 0 elsewhere, :math:`\nu_{mn}` counts
+    the tokens of that kind in positions ``n .. m``.
+
+    Shapes:
+        gates ``(b, h, s_q, s_k)`` in [0, 1]; returns ``(b, h, s_q, s_k)``.
+    """
+    check_tensor("gates", gates, ndim=4, floating=True)
+    s_q, s_k = gates.shape[-2:]
+    if s_q > s_k:
+        raise ValueError(f"gates must have s_q <= s_k (queries are the last s_q keys), got {s_q} > {s_k}")
+    if has_values(gates) and not bool(((gates >= 0) & (gates <= 1)).all()):
+        raise ValueError("gates must lie in [0, 1]")
+    g = gates * _causal_keep(s_q, s_k, gates.device)  # (b, h, s_q, s_k): 0 after the query
+    return g.flip(-1).cumsum(-1).flip(-1)  # (b, h, s_q, s_k): sum over t >= n
+
+
+def _check_qk_table(q: object, k: object, pos_emb: object) -> None:
+    check_tensor("q", q, ndim=4, floating=True)
+    check_tensor("k", k, ndim=4, floating=True)
+    check_tensor("pos_emb", pos_emb, ndim=2, floating=True)
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1] or q.shape[2] > k.shape[2]:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share b, h, d, with s_q <= s_k")
+    if pos_emb.shape[-1] != q.shape[-1] or pos_emb.shape[0] < 2:
+        raise ValueError(f"pos_emb must be (P, d) with P >= 2 and d = {q.shape[-1]}, got {tuple(pos_emb.shape)}")
+
+
+def cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
+    r"""CoPE's logits: :math:`e_{mn} = q_m^\top k_n/\sqrt{d} + z_m(\nu_{mn})`, ``-inf`` after the query.
+
+    As in the paper's code: the gates are :math:`\sigma` of the scaled content logits, the positions
+    are clipped to ``P - 1``, :math:`z_m[j] = q_m^\top u_j` (not scaled), read between integer rows
+    by linear interpolation, :math:`z_m(\nu) = (\nu - \lfloor \nu \rfloor) z_m[\lceil \nu \rceil]
+    + (1 - \nu + \lfloor \nu \rfloor) z_m[\lfloor \nu \rfloor]`.
+
+    Shapes:
+        q ``(b, h, s_q, d)``, k ``(b, h, s_k, d)``, pos_emb ``(P, d)``; returns ``(b, h, s_q, s_k)``.
+    """
+    _check_qk_table(q, k, pos_emb)
+    s_q, s_k, d = q.shape[2], k.shape[2], q.shape[-1]
+    keep = _causal_keep(s_q, s_k, q.device)  # (s_q, s_k)
+    content = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (b, h, s_q, s_k)
+    p = cope_positions(torch.sigmoid(content) * keep).clamp(max=pos_emb.shape[0] - 1)  # (b, h, s_q, s_k)
+    z = q @ pos_emb.to(q.dtype).T  # (b, h, s_q, P): q_m . u_j
+    lower, upper = p.floor().long(), p.ceil().long()
+    w = p - lower  # (b, h, s_q, s_k)
+    position = z.gather(-1, upper) * w + z.gather(-1, lower) * (1 - w)  # (b, h, s_q, s_k)
+    return (content + position).masked_fill(~keep, float("-inf"))
+
+
+def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor) -> tuple[Tensor, Tensor]:
+    """Causal attention with CoPE's logits (:func:`cope_logits`): output and weights.
+
+    Shapes:
+        q ``(b, h, s_q, d)``, k, v ``(b, h, s_k, d)``, pos_emb ``(P, d)``; returns ``(b, h, s_q, d)``
+        and ``(b, h, s_q, s_k)``.
+    """
+    check_tensor("v", v, ndim=4, floating=True)
+    if v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v {tuple(v.shape)} must match k {tuple(k.shape)} in b, h, s_k")
+    weights = torch.softmax(cope_logits(q, k, pos_emb), dim=-1)  # (b, h, s_q, s_k)
+    return weights @ v, weights  # (b, h, s_q, d), (b, h, s_q, s_k)
+
+
+# ---- FIRE -------------------------------------------------------------------------------------------
+
+
+def fire_normalized_distance(q_len: int, k_len: int, *, eta: float = 1.0, threshold: float = 512.0) -> Tensor:
+    r"""FIRE's input :math:`\psi(m - n) / \psi(\max(m, L_{\text{thr}}))`, :math:`\psi(x) = \ln(\eta x + 1)`.
+
+    Query row ``j`` is position ``m = k_len - q_len + j`` (a decode step is the last row of the full
+    pass); entries with ``n > m`` (masked by causal attention) are 0. In the paper ``eta`` (its ``c``)
+    and ``threshold`` (its ``L``) are learned; here they are arguments.
+
+    Shapes:
+        returns ``(s_q, s_k)`` float32 with ``s_q = q_len``, ``s_k = k_len``.
+    """
+    q_len = check_int("q_len", q_len, minimum=1)
+    k_len = check_int("k_len", k_len, minimum=q_len)
+    eta = check_real("eta", eta, greater_than=0.0)
+    threshold = check_real("threshold", threshold, greater_than=0.0)
+    m = torch.arange(k_len - q_len, k_len, dtype=torch.float64)[:, None]  # (s_q, 1): query positions
+    n = torch.arange(k_len, dtype=torch.float64)[None]  # (1, s_k): key positions
+    distance = (m - n).clamp(min=0)  # (s_q, s_k): m - n = -r >= 0 where the key is seen
+    psi = torch.log1p(eta * distance)  # psi(m - n)
+    norm = torch.log1p(eta * m.clamp(min=threshold))  # (s_q, 1): psi(max(m, L_thr))
+    return (psi / norm).float()  # (s_q, s_k)
+
+
+class FIREBias(nn.Module):
+    """FIRE's bias for ``num_heads`` heads: an MLP ``1 -> hidden -> num_heads`` of the normalised distance.
+
+    Shapes:
+        forward(q_len, k_len) returns ``(h, s_q, s_k)``, ``-inf`` where ``n > m``: add it to the logits.
+    """
+
+    def __init__(self, num_heads: int, *, hidden: int = 32, eta: float = 1.0, threshold: float = 512.0):
+        super().__init__()
+        self.num_heads = check_int("num_heads", num_heads, minimum=1)
+        self.eta = check_real("eta", eta, greater_than=0.0)
+        self.threshold = check_real("threshold", threshold, greater_than=0.0)
+        self.mlp = nn.Sequential(
+            nn.Linear(1, check_int("hidden", hidden, minimum=1)), nn.ReLU(), nn.Linear(hidden, num_heads)
+        )
+
+    def forward(self, q_len: int, k_len: int) -> Tensor:
+        x = fire_normalized_distance(q_len, k_len, eta=self.eta, threshold=self.threshold)  # (s_q, s_k)
+        x = x.to(self.mlp[0].weight)
+        bias = self.mlp(x[..., None]).permute(2, 0, 1)  # (h, s_q, s_k)
+        keep = _causal_keep(q_len, k_len, bias.device)  # (s_q, s_k)
+        return bias.masked_fill(~keep, float("-inf"))
