@@ -1,9 +1,12 @@
 # Two commands do all set-up on a fresh machine with Python 3.10+ and make:
 #   make book   - create .venv if missing, install the pinned toolchain and posenc, build the site
+#                 and its PDF edition (printed by headless Chromium)
 #   make test   - the same set-up, then, in this order: lint (ruff), unit tests, workflow checks,
-#                 nbval, the warning-free build, the browser tests
-# Also: make lint, make test-site (builds the site first), make execute (re-run every notebook
-# in place), make clean. Nothing but Python, make and (for the browser tests) Chromium is needed.
+#                 nbval, the warning-free build and PDF, the browser tests, the PDF checks
+# Also: make lint, make html (the site only), make pdf, make test-site (builds the site first), make execute (re-run every notebook
+# in place), make colab-check (every notebook as Colab runs it, in three environments of the
+# newest releases), make clean. Nothing but Python, make and (for the browser tests) Chromium
+# is needed.
 
 PYTHON ?= python3
 VENV := .venv
@@ -16,7 +19,7 @@ NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
 # they share .venv and _build.
 .NOTPARALLEL:
 
-.PHONY: setup book test lint test-unit test-notebooks test-site test-workflows browser execute clean
+.PHONY: setup book html pdf test lint test-unit test-notebooks test-site test-pdf test-workflows browser execute colab-check clean
 
 setup: $(STAMP)
 
@@ -28,11 +31,18 @@ $(STAMP): requirements.txt code/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e code
 	touch $@
 
-book: $(STAMP)
-	$(BIN)/jupyter-book build . $(BUILD_FLAGS)
+# The site, and the PDF edition that the site links to (tools/build_pdf.py: the single-page build
+# printed by the same headless Chromium the browser tests use).
+book: html pdf
 	@echo "The site: $(CURDIR)/_build/html/index.html"
 
-test: lint test-unit test-workflows test-notebooks book test-site
+html: $(STAMP)
+	$(BIN)/jupyter-book build . $(BUILD_FLAGS)
+
+pdf: html browser
+	$(BIN)/python tools/build_pdf.py
+
+test: lint test-unit test-workflows test-notebooks book test-site test-pdf
 
 # ruff over all the Python: code/, tests/, tools/, book/_ext/, benchmarks/ and the notebooks
 # (settings: ruff.toml, book/ruff.toml). Runs both checks, then fails if either found anything:
@@ -45,7 +55,7 @@ lint: $(STAMP)
 	exit $$status
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/site
+	$(BIN)/python -m pytest tests --ignore=tests/site --ignore=tests/pdf
 
 test-notebooks: $(STAMP)
 	$(BIN)/python -m pytest $(NBVAL) book
@@ -63,8 +73,25 @@ browser: $(STAMP)
 test-site: book browser
 	$(BIN)/python -m pytest tests/site
 
+# Checks the PDF edition: chapter titles, no TeX source, sane page count, working links; saves
+# page images under _build/screenshots.
+test-pdf: pdf
+	$(BIN)/python -m pytest tests/pdf
+
 execute: $(STAMP)
 	$(BIN)/python tools/execute_notebooks.py book
+
+# Every notebook of the committed HEAD as a Colab reader runs it (tools/colab_check.py): a fresh
+# kernel in an empty folder, its set-up cell installing posenc with pip from a local clone of the
+# repository, in three venvs of the newest releases (never the pins above): transformers 5.x,
+# 4.x and none. The venvs live in _build/colab-check/venvs and are reused while their
+# requirements are unchanged; the table goes to _build/colab-check/report.md. Not part of
+# `make test` nor of .ci/run (weekly: .github/workflows/colab.yml). Options: make colab-check COLAB_CHECK_FLAGS="--env tf4
+# --notebooks rope" (parts of notebook names); --fresh rebuilds the venvs with the then-newest
+# releases.
+COLAB_CHECK_FLAGS ?=
+colab-check: $(STAMP)
+	$(BIN)/python tools/colab_check.py --python $(PYTHON) $(COLAB_CHECK_FLAGS)
 
 clean:
 	rm -rf _build .pytest_cache .ruff_cache book/.ruff_cache book/_ext/.ruff_cache

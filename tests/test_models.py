@@ -256,3 +256,42 @@ def test_every_scheme_traces_shapes_on_the_meta_device(position):
     model = TinyTransformer(VOCAB, position=position, dim=DIM, num_heads=HEADS, num_layers=LAYERS, device="meta")
     logits = model(torch.zeros(2, 7, dtype=torch.long, device="meta"))
     assert logits.is_meta and logits.shape == (2, 7, VOCAB)
+
+
+@pytest.mark.parametrize("position", POSITION_SCHEMES)
+def test_attention_weights_are_causal_distributions_of_every_layer(position):
+    model = _model(position).eval()
+    tokens = _tokens(2, (2, 11))
+    weights = model.attention_weights(tokens)
+    assert weights.shape == (LAYERS, 2, HEADS, 11, 11) and not weights.requires_grad
+    torch.testing.assert_close(weights.sum(-1), torch.ones(LAYERS, 2, HEADS, 11))
+    above = torch.ones(11, 11, dtype=torch.bool).triu(1)  # keys after the query
+    assert (weights[..., above] == 0).all() and (weights >= 0).all()
+    with torch.no_grad():
+        torch.testing.assert_close(model._run(tokens)[0], model(tokens))  # the same forward pass
+
+
+def test_attention_weights_match_the_formula_in_the_first_layer():
+    # softmax(q k^T / sqrt(d) + B) over keys n <= m, computed from the model's own weights (T5: B = its bias).
+    for position in ("none", "t5", "alibi"):
+        model = _model(position).eval()
+        tokens = _tokens(3, (2, 9))
+        block = model.blocks[0]
+        with torch.no_grad():
+            x = block.norm1(model.tokens(tokens))  # no position added to the input for these schemes
+            q, k, _ = block.qkv(x).view(2, 9, 3, HEADS, DIM // HEADS).permute(2, 0, 3, 1, 4)  # 3 x (b, h, s, d)
+            logits = q @ k.transpose(-2, -1) / (DIM // HEADS) ** 0.5  # (b, h, s, s)
+            bias = model.scheme.bias(9, 9)
+            if bias is not None:
+                logits = logits + bias
+            allowed = torch.ones(9, 9, dtype=torch.bool).tril()
+            expected = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+        torch.testing.assert_close(model.attention_weights(tokens)[0], expected), position
+
+
+def test_attention_weights_check_their_tokens():
+    model = _model("none")
+    with pytest.raises(ValueError, match=r"tokens must be in \[0, 16\)"):
+        model.attention_weights(torch.tensor([[0, 16]]))
+    with pytest.raises(TypeError, match="tokens must be int64"):
+        model.attention_weights(torch.tensor([[0, 1]], dtype=torch.int32))

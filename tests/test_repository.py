@@ -79,8 +79,18 @@ def make_prerequisites(target):
 
 
 def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_first():
-    assert make_prerequisites("test") == ["lint", "test-unit", "test-workflows", "test-notebooks", "book", "test-site"]
+    assert make_prerequisites("test") == [
+        "lint",
+        "test-unit",
+        "test-workflows",
+        "test-notebooks",
+        "book",
+        "test-site",
+        "test-pdf",
+    ]
     assert make_prerequisites("test-site")[0] == "book"
+    assert make_prerequisites("book") == ["html", "pdf"]  # the site links its PDF edition
+    assert make_prerequisites("test-pdf") == ["pdf"]
     assert make_prerequisites("lint") == ["$(STAMP)"]  # set-up on a fresh machine, like every check
     lint = (ROOT / "Makefile").read_text().split("\nlint:", 1)[1].split("\n\n", 1)[0]
     assert "ruff check ." in lint and "ruff format --check ." in lint

@@ -9,6 +9,7 @@ from torch import nn
 from posenc import TinyTransformer
 from posenc.tasks import (
     IGNORE_INDEX,
+    WithStartToken,
     accuracy_per_position,
     lag_copy_accuracy,
     lag_copy_batch,
@@ -252,3 +253,56 @@ def test_train_refuses_float16_and_frozen_models_instead_of_corrupting_them():
         train(frozen, **task)
     bf16 = TinyTransformer(10, position="rope", dim=16, num_heads=2, device="cpu").bfloat16()
     assert torch.isfinite(train(bf16, **task)).all()  # bfloat16 trains
+
+
+def test_a_start_token_goes_in_front_and_its_output_and_logit_are_dropped():
+    inner = TinyTransformer(VOCAB + 1, position="rope", dim=16, num_heads=2, num_layers=1, device="cpu").eval()
+    model = WithStartToken(inner, start_token=VOCAB)
+    assert not list(model.parameters(recurse=False))  # nothing of its own
+    tokens = torch.randint(VOCAB, (3, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits = model(tokens)
+        full = inner(torch.cat([torch.full((3, 1), VOCAB), tokens], dim=1))  # (b, s + 1, v + 1)
+    assert logits.shape == (3, 7, VOCAB)
+    torch.testing.assert_close(logits, full[:, 1:, :VOCAB])
+
+
+def test_with_a_start_token_the_task_is_unchanged():
+    # The oracle looks `lag` places back in the sequence it sees, start token included: position m of the
+    # task still gets x_{m - lag}, so accuracy_per_position scores 1 wherever a target exists.
+    model = WithStartToken(Oracle(LAG, VOCAB + 1), start_token=VOCAB)
+    accuracy = accuracy_per_position(model, length=12, lag=LAG, vocab_size=VOCAB, batch=32, seed=0)
+    assert accuracy[:LAG].isnan().all() and torch.equal(accuracy[LAG:], torch.ones(12 - LAG))
+    inner = TinyTransformer(VOCAB + 1, position="none", dim=16, num_heads=2, num_layers=1, device="cpu")
+    losses = train(
+        WithStartToken(inner, VOCAB), steps=3, batch=4, lr=1e-3, min_len=4, max_len=6, lag=LAG, vocab_size=VOCAB, seed=0
+    )  # logits over the task's VOCAB tokens: train accepts them
+    assert torch.isfinite(losses).all()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: WithStartToken(lambda t: t, 8), TypeError, r"model must be a torch\.nn\.Module"),
+        (lambda: WithStartToken(Oracle(LAG, VOCAB + 1), 0), ValueError, "start_token must be >= 1, got 0"),
+        (lambda: WithStartToken(Oracle(LAG, VOCAB + 1), 8.0), TypeError, "start_token must be an integer"),
+        (
+            lambda: WithStartToken(Oracle(LAG, VOCAB + 1), VOCAB)(torch.tensor([[0, VOCAB]])),
+            ValueError,
+            r"tokens must be task tokens in \[0, start_token=8\), got values 0..8",
+        ),
+        (
+            lambda: WithStartToken(Oracle(LAG, VOCAB + 1), VOCAB)(torch.zeros(1, 4)),
+            TypeError,
+            "tokens must be int64",
+        ),
+        (
+            lambda: WithStartToken(Constant(VOCAB), VOCAB)(torch.zeros(1, 4, dtype=torch.long)),
+            ValueError,
+            r"logits over start_token \+ 1 = 9 tokens, got 8",
+        ),
+    ],
+)
+def test_a_start_token_wrapper_validates_its_arguments(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()

@@ -13,6 +13,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
+BOOK = ROOT / ".github" / "workflows" / "book.yml"
+COLAB = ROOT / ".github" / "workflows" / "colab.yml"
 LINT = ROOT / "tools" / "lint-workflows.sh"
 VENV_BIN = Path(sys.executable).parent  # where check-jsonschema and zizmor are installed
 # Any attempt to download (a schema, an advisory) goes to a closed port and fails the check.
@@ -26,9 +28,12 @@ def load(path):
     return data
 
 
+def test_there_are_the_two_workflows():
+    assert [p.name for p in WORKFLOWS] == ["book.yml", "colab.yml"]
+
+
 def test_there_is_a_workflow_that_runs_make_test_and_publishes_pages():
-    assert [p.name for p in WORKFLOWS] == ["book.yml"]
-    workflow = load(WORKFLOWS[0])
+    workflow = load(BOOK)
     assert set(workflow["on"]) == {"push", "pull_request"}
     steps = workflow["jobs"]["test"]["steps"]
     assert any(step.get("run") == "make test" for step in steps)
@@ -37,9 +42,25 @@ def test_there_is_a_workflow_that_runs_make_test_and_publishes_pages():
     assert workflow["jobs"]["deploy"]["needs"] == "test"
 
 
+def test_a_weekly_workflow_runs_the_colab_check_in_colabs_image_and_opens_an_issue_on_failure():
+    workflow = load(COLAB)
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    assert len(workflow["on"]["schedule"]) == 1
+    minute, hour, day, month, weekday = workflow["on"]["schedule"][0]["cron"].split()
+    assert minute.isdigit() and hour.isdigit() and day == month == "*" and weekday.isdigit(), "once a week"
+    runs = "\n".join(step.get("run", "") for step in workflow["jobs"]["check"]["steps"])
+    assert "us-docker.pkg.dev/colab-images/public/runtime" in runs
+    assert "tools/colab_check.py --env system" in runs
+    report = workflow["jobs"]["open-issue"]
+    assert report["needs"] == "check" and report["if"] == "failure()"
+    assert "gh issue create" in report["steps"][0]["run"]
+    assert "${{" not in report["steps"][0]["run"], "pass values through env:, not into the script"
+
+
 def test_jobs_run_on_a_pinned_runner_image():
-    for job in load(WORKFLOWS[0])["jobs"].values():
-        assert re.fullmatch(r"ubuntu-\d\d\.\d\d", job["runs-on"]), "pin the image, not ubuntu-latest"
+    for path in WORKFLOWS:
+        for job in load(path)["jobs"].values():
+            assert re.fullmatch(r"ubuntu-\d\d\.\d\d", job["runs-on"]), "pin the image, not ubuntu-latest"
 
 
 def test_every_action_is_pinned_to_a_commit_sha():
@@ -53,13 +74,19 @@ def test_every_action_is_pinned_to_a_commit_sha():
 
 
 def test_permissions_are_least_privilege():
-    workflow = load(WORKFLOWS[0])
-    assert workflow["permissions"] == {}  # nothing by default
+    workflow = load(BOOK)
     assert workflow["jobs"]["test"]["permissions"] == {"contents": "read"}
     assert workflow["jobs"]["deploy"]["permissions"] == {"pages": "write", "id-token": "write"}
-    for step in workflow["jobs"]["test"]["steps"]:
-        if step.get("uses", "").startswith("actions/checkout@"):
-            assert step["with"]["persist-credentials"] is False
+    colab = load(COLAB)  # the job that runs the notebooks cannot write; the one that can runs no code
+    assert colab["jobs"]["check"]["permissions"] == {"contents": "read"}
+    assert colab["jobs"]["open-issue"]["permissions"] == {"issues": "write"}
+    for path in WORKFLOWS:
+        workflow = load(path)
+        assert workflow["permissions"] == {}  # nothing by default
+        for job in workflow["jobs"].values():
+            for step in job["steps"]:
+                if step.get("uses", "").startswith("actions/checkout@"):
+                    assert step["with"]["persist-credentials"] is False
 
 
 def lint(tmp_path, text):
@@ -78,8 +105,9 @@ def lint(tmp_path, text):
     )
 
 
-def test_the_checks_pass_the_real_workflow_offline(tmp_path):
-    result = lint(tmp_path, WORKFLOWS[0].read_text())
+@pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
+def test_the_checks_pass_the_real_workflow_offline(path, tmp_path):
+    result = lint(tmp_path, path.read_text())
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -101,7 +129,7 @@ BROKEN = {
 @pytest.mark.parametrize("case", BROKEN, ids=list(BROKEN))
 def test_the_checks_fail_on_a_broken_workflow(case, tmp_path):
     old, new, named = BROKEN[case]
-    text = WORKFLOWS[0].read_text()
+    text = BOOK.read_text()
     assert old in text, f"the workflow changed: update the case {case!r}"
     result = lint(tmp_path, text.replace(old, new, 1))
     assert result.returncode != 0, f"{case}: the checks passed a broken workflow\n{result.stdout}{result.stderr}"

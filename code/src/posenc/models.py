@@ -1,19 +1,19 @@
 """A tiny decoder-only transformer whose position scheme is one argument, for the book's lab.
 
-Book: chapter 7 (``book/07_lab.ipynb``). Each scheme is one small module in a registry,
+Book: the lab (``book/09_lab.ipynb``). Each scheme is one small module in a registry,
 :data:`POSITION_SCHEME_CLASSES` (name -> class), built from posenc's own functions:
 
-============  ============================  ================================  ============================  ===
-position      where position enters (hook)  built from (posenc)               position_options              ch.
-============  ============================  ================================  ============================  ===
-"none"        nowhere (NoPE)                the causal mask alone             none                          6
-"sinusoidal"  input (embed)                 sinusoidal_encoding               base                          2
-"learned"     input (embed)                 LearnedPositionalEmbedding        max_positions                 3
-"shaw"        keys, values (attend)         shaw_attention, tables per layer  max_relative                  4
-"t5"          logits (bias, shared)         T5RelativeBias                    num_buckets, max_distance     4
-"alibi"       logits (bias, shared)         alibi_bias                        none                          6
-"rope"        q and k (rotate)              RotaryEmbedding                   base, pairing, max_positions  5
-============  ============================  ================================  ============================  ===
+============  ============================  ==========================  ============================  =============
+position      where position enters (hook)  built from (posenc)         position_options              book/
+============  ============================  ==========================  ============================  =============
+"none"        nowhere (NoPE)                the causal mask alone       none                          07_beyond
+"sinusoidal"  input (embed)                 sinusoidal_encoding         base                          02_sinusoidal
+"learned"     input (embed)                 LearnedPositionalEmbedding  max_positions                 03_learned
+"shaw"        keys, values (attend)         shaw_attention (per layer)  max_relative                  04_relative
+"t5"          logits (bias, shared)         T5RelativeBias              num_buckets, max_distance     04_relative
+"alibi"       logits (bias, shared)         alibi_bias                  none                          07_beyond
+"rope"        q and k (rotate)              RotaryEmbedding             base, pairing, max_positions  06_rope
+============  ============================  ==========================  ============================  =============
 
 A scheme's options go in ``position_options``, e.g.
 ``TinyTransformer(16, position="rope", position_options={"base": 500.0})``; an option the scheme
@@ -89,10 +89,13 @@ class PositionScheme(nn.Module):
 
     * ``embed(x, positions)`` once, on the token embeddings;
     * ``bias(q_len, k_len)`` once; the result (or None) is shared by every layer;
-    * ``rotate(q, k, positions)`` and ``attend(layer, q, k, v, bias)`` in each layer.
+    * ``rotate(q, k, positions)`` and ``attend(layer, q, k, v, bias)`` in each layer; ``attend``
+      returns the output and the attention weights (the model keeps the weights only for
+      :meth:`TinyTransformer.attention_weights`).
 
     Shapes:
-        x ``(b, s, c)``; positions ``(s,)``; q, k, v ``(b, h, s, d)``; bias ``(h, s_q, s_k)``.
+        x ``(b, s, c)``; positions ``(s,)``; q, k, v ``(b, h, s, d)``; bias ``(h, s_q, s_k)``;
+        ``attend`` returns output ``(b, h, s, d)`` and weights ``(b, h, s, s)``.
     """
 
     def __init__(self, shape: ModelShape):
@@ -108,17 +111,16 @@ class PositionScheme(nn.Module):
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         return q, k
 
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
-        out, _ = scaled_dot_product_attention(q, k, v, bias=bias, causal=True)
-        return out  # (b, h, s, d)
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+        return scaled_dot_product_attention(q, k, v, bias=bias, causal=True)  # (b, h, s, d), (b, h, s, s)
 
 
 class NoPE(PositionScheme):
-    """No position information: only the causal mask orders the tokens (chapter 6)."""
+    """No position information: only the causal mask orders the tokens (``book/07_beyond.ipynb``)."""
 
 
 class Sinusoidal(PositionScheme):
-    """The fixed encoding of Vaswani et al. (arXiv:1706.03762) added to the input (chapter 2)."""
+    """The fixed encoding of Vaswani et al. (arXiv:1706.03762) added to the input (``book/02_sinusoidal.ipynb``)."""
 
     def __init__(self, shape: ModelShape, *, base: float = 10000.0):
         super().__init__(shape)
@@ -134,7 +136,7 @@ class Sinusoidal(PositionScheme):
 
 
 class LearnedAbsolute(PositionScheme):
-    """A trainable table of ``max_positions`` vectors added to the input (chapter 3).
+    """A trainable table of ``max_positions`` vectors added to the input (``book/03_learned.ipynb``).
 
     A sequence longer than the table raises the table's ``ValueError``: it has no vector there.
     """
@@ -157,7 +159,7 @@ class _ShawTables(nn.Module):
 
 
 class ShawRelative(PositionScheme):
-    """Shaw et al.'s relative keys and values, one pair of tables per layer (chapter 4).
+    """Shaw et al.'s relative keys and values, one pair of tables per layer (``book/04_relative.ipynb``).
 
     Distances are clipped to ``[-max_relative, max_relative]``.
     """
@@ -167,17 +169,16 @@ class ShawRelative(PositionScheme):
         self.max_relative = check_int("max_relative", max_relative, minimum=1)
         self.layers = nn.ModuleList(_ShawTables(self.max_relative, shape.head_dim) for _ in range(shape.num_layers))
 
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> Tensor:
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
         tables = self.layers[layer]
-        out, _ = shaw_attention(q, k, v, tables.rel_k, tables.rel_v, causal=True)
-        return out  # (b, h, s, d)
+        return shaw_attention(q, k, v, tables.rel_k, tables.rel_v, causal=True)  # (b, h, s, d), (b, h, s, s)
 
     def extra_repr(self) -> str:
         return f"max_relative={self.max_relative}"
 
 
 class T5Bias(PositionScheme):
-    """T5's bucketed relative bias (arXiv:1910.10683), computed once and shared by layers (chapter 4).
+    """T5's bucketed relative bias (arXiv:1910.10683), computed once and shared by layers (``book/04_relative.ipynb``).
 
     Causal, so ``bidirectional=False``: every bucket goes to keys at or before the query.
     """
@@ -193,9 +194,9 @@ class T5Bias(PositionScheme):
 
 
 class ALiBi(PositionScheme):
-    """ALiBi's fixed linear penalty ``-m_h |j - i|`` on the logits (arXiv:2108.12409, chapter 6).
+    """ALiBi's fixed linear penalty ``-mu_h |n - m|`` on the logits (arXiv:2108.12409, ``book/07_beyond.ipynb``).
 
-    No options: the slopes ``m_h`` follow from the number of heads, as in the paper.
+    No options: the slopes ``mu_h`` follow from the number of heads, as in the paper.
     """
 
     def bias(self, q_len: int, k_len: int) -> Tensor:
@@ -203,7 +204,7 @@ class ALiBi(PositionScheme):
 
 
 class RoPE(PositionScheme):
-    """Rotary embedding of queries and keys (Su et al., arXiv:2104.09864, chapter 5).
+    """Rotary embedding of queries and keys (Su et al., arXiv:2104.09864, ``book/06_rope.ipynb``).
 
     ``max_positions`` is the longest sequence it accepts; longer ones raise.
     """
@@ -247,17 +248,22 @@ class _Block(nn.Module):
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
-    def attend(self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None) -> Tensor:
+    def attend(
+        self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
         b, s, c = x.shape
         qkv = self.qkv(x).view(b, s, 3, self.num_heads, c // self.num_heads)  # (b, s, 3, h, d)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # 3 x (b, h, s, d)
         q, k = scheme.rotate(q, k, positions)
-        out = scheme.attend(layer, q, k, v, bias)  # (b, h, s, d)
-        return self.proj(out.transpose(1, 2).reshape(b, s, c))  # (b, s, c)
+        out, weights = scheme.attend(layer, q, k, v, bias)  # (b, h, s, d), (b, h, s, s)
+        return self.proj(out.transpose(1, 2).reshape(b, s, c)), weights  # (b, s, c), (b, h, s, s)
 
-    def forward(self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None) -> Tensor:
-        x = x + self.attend(self.norm1(x), scheme, layer, positions, bias)
-        return x + self.mlp(self.norm2(x))
+    def forward(
+        self, x: Tensor, scheme: PositionScheme, layer: int, positions: Tensor, bias: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        out, weights = self.attend(self.norm1(x), scheme, layer, positions, bias)
+        x = x + out
+        return x + self.mlp(self.norm2(x)), weights  # (b, s, c), (b, h, s, s)
 
 
 class TinyTransformer(nn.Module):
@@ -349,6 +355,25 @@ class TinyTransformer(nn.Module):
                 raise TypeError(f"no initialisation rule for {type(module).__name__}, which holds parameters")
 
     def forward(self, tokens: Tensor) -> Tensor:
+        logits, _ = self._run(tokens)
+        return logits  # (b, s, vocab)
+
+    @torch.no_grad()
+    def attention_weights(self, tokens: Tensor) -> Tensor:
+        """The attention weights ``a_mn`` of every layer for ``tokens`` (no gradients kept).
+
+        Row ``m`` of ``weights[layer, i, head]`` is how query ``m`` of sequence ``i`` spreads its
+        attention over the keys ``n <= m`` (zero above the diagonal: the causal mask); each row
+        sums to 1. It runs the same forward pass as :meth:`forward`. Chapter 7 reads from it
+        how much attention goes to keys at distances the training never reached.
+
+        Shapes:
+            tokens ``(b, s)`` int64; returns ``(num_layers, b, h, s, s)`` in the model's dtype.
+        """
+        _, weights = self._run(tokens)
+        return torch.stack(weights)  # (layers, b, h, s, s)
+
+    def _run(self, tokens: Tensor) -> tuple[Tensor, list[Tensor]]:
         check_tensor("tokens", tokens, ndim=2)
         if tokens.dtype != torch.int64:
             raise TypeError(f"tokens must be int64, got {tokens.dtype}")
@@ -366,9 +391,11 @@ class TinyTransformer(nn.Module):
             # Same device as the activations; the dtype stays float32 (attention adds it in float32,
             # so a bf16 model does not round neighbouring ALiBi distances to one value).
             bias = bias.to(device=x.device)
+        weights = []
         for layer, block in enumerate(self.blocks):
-            x = block(x, self.scheme, layer, positions, bias)
-        return self.head(self.norm(x))  # (b, s, vocab)
+            x, layer_weights = block(x, self.scheme, layer, positions, bias)  # (b, s, c), (b, h, s, s)
+            weights.append(layer_weights)
+        return self.head(self.norm(x)), weights  # (b, s, vocab), layers x (b, h, s, s)
 
     def loss(self, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
         """Mean cross-entropy over the positions where ``mask`` is true. Shapes: all ``(b, s)``."""

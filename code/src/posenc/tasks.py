@@ -1,4 +1,4 @@
-"""The lag-copy task of chapters 3 and 7: at position ``t``, predict the token at ``t - lag``.
+"""The lag-copy task of ``book/03_learned.ipynb`` and the lab: at position ``t``, predict the token at ``t - lag``.
 
 A model solves it only if it knows *where* each token is relative to the others, which makes it a
 clean probe of a position scheme: train on short sequences, then read the accuracy position by
@@ -6,7 +6,8 @@ position, inside and past the training length.
 
 * :func:`lag_copy_batch` draws random tokens with their targets and mask (explicit generator);
 * :func:`train` fits any model ``forward(tokens) -> logits`` with AdamW, one random length per step;
-* :func:`lag_copy_accuracy` and :func:`accuracy_per_position` read the accuracy at each position.
+* :func:`lag_copy_accuracy` and :func:`accuracy_per_position` read the accuracy at each position;
+* :class:`WithStartToken` puts a fixed start token (BOS) in front of every sequence a model sees.
 
 Targets that do not exist (the first ``lag`` positions) hold :data:`IGNORE_INDEX` (-100, the
 value ``F.cross_entropy`` ignores by default) and are false in ``mask``.
@@ -23,9 +24,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_real, check_tensor
+from posenc._checks import check_int, check_real, check_tensor, has_values
 
-__all__ = ["IGNORE_INDEX", "accuracy_per_position", "lag_copy_accuracy", "lag_copy_batch", "lag_copy_targets", "train"]
+__all__ = [
+    "IGNORE_INDEX",
+    "WithStartToken",
+    "accuracy_per_position",
+    "lag_copy_accuracy",
+    "lag_copy_batch",
+    "lag_copy_targets",
+    "train",
+]
 
 IGNORE_INDEX = -100
 
@@ -235,3 +244,50 @@ def accuracy_per_position(
         torch.Generator().manual_seed(seed), batch, length, vocab_size=vocab_size, lag=lag, device=device
     )
     return lag_copy_accuracy(model, tokens, lag=lag)
+
+
+class WithStartToken(nn.Module):
+    """A model that always sees a start token (BOS) in front of the sequence it is given.
+
+    The task's tokens are ``0 .. start_token - 1``; ``start_token`` is one more id, which the
+    task never draws, so ``model`` needs a vocabulary of ``start_token + 1`` (e.g. a
+    ``TinyTransformer(vocab_size + 1, ...)`` with ``start_token=vocab_size``). ``forward(tokens)``
+    runs ``model`` on ``[start_token, x_0, x_1, ...]``, drops the output at the start token and
+    the logit of the start token itself, so position ``m`` of the result belongs to token ``x_m``,
+    its logits cover the task's vocabulary, and the task (targets, mask, :func:`train`,
+    :func:`accuracy_per_position`) is unchanged. A decoder without position encoding (NoPE) can
+    then read its position from the causal mask: a query at ``m`` that attends evenly gives the
+    start token the weight ``1 / (m + 2)`` (``book/07_beyond.ipynb``, ``sec-nope``). The wrapper holds no
+    parameters of its own.
+
+    Shapes:
+        tokens ``(b, s)`` int64 in ``[0, start_token)``; ``model`` maps ``(b, s + 1)`` to logits
+        ``(b, s + 1, start_token + 1)``; returns logits ``(b, s, start_token)``.
+    """
+
+    def __init__(self, model: nn.Module, start_token: int):
+        super().__init__()
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.start_token = check_int("start_token", start_token, minimum=1)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        check_tensor("tokens", tokens, ndim=2)
+        if tokens.dtype != torch.int64:
+            raise TypeError(f"tokens must be int64, got {tokens.dtype}")
+        if has_values(tokens) and (int(tokens.min()) < 0 or int(tokens.max()) >= self.start_token):
+            raise ValueError(
+                f"tokens must be task tokens in [0, start_token={self.start_token}), "
+                f"got values {int(tokens.min())}..{int(tokens.max())}"
+            )
+        start = tokens.new_full((tokens.shape[0], 1), self.start_token)  # (b, 1)
+        logits = self.model(torch.cat([start, tokens], dim=1))  # (b, s + 1, v + 1)
+        if logits.shape[-1] != self.start_token + 1:
+            raise ValueError(
+                f"model must give logits over start_token + 1 = {self.start_token + 1} tokens, got {logits.shape[-1]}"
+            )
+        return logits[:, 1:, : self.start_token]  # (b, s, v): the task's positions and tokens
+
+    def extra_repr(self) -> str:
+        return f"start_token={self.start_token}"
