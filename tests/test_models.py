@@ -295,3 +295,44 @@ def test_attention_weights_check_their_tokens():
         model.attention_weights(torch.tensor([[0, 16]]))
     with pytest.raises(TypeError, match="tokens must be int64"):
         model.attention_weights(torch.tensor([[0, 1]], dtype=torch.int32))
+
+
+# ---- changing a trained model's RoPE (context extension) -------------------------------------------
+from posenc import with_rope_scaling  # noqa: E402
+
+
+def test_with_rope_scaling_copies_the_model_and_changes_only_the_frequencies():
+    model = _model("rope", position_options={"base": 100.0}).eval()
+    tokens = _tokens(3)
+    before = model(tokens)
+    scaling = {"rope_type": "linear", "factor": 4.0}
+    scaled = with_rope_scaling(model, scaling)
+    assert torch.equal(model(tokens), before)  # the original is untouched
+    assert scaled.scheme.rotary.rope_type == "linear" and scaled.scheme.rotary.base == 100.0
+    assert not scaled.training  # the mode is kept
+    head_dim = DIM // HEADS
+    expected = RotaryEmbedding(head_dim, max_positions=4096, base=100.0, scaling=scaling).inv_freq
+    assert torch.equal(scaled.scheme.rotary.inv_freq, expected)
+    # same weights: built with the scaling from the start and given the same seed, it is the same model
+    direct = _model("rope", position_options={"base": 100.0, "scaling": scaling}).eval()
+    assert torch.allclose(scaled(tokens), direct(tokens))
+    assert not torch.allclose(scaled(tokens), before)
+    # PI with factor 4 at positions 4m is RoPE at positions m: the rotation angles agree
+    assert torch.allclose(scaled.scheme.rotary.inv_freq * 4, model.scheme.rotary.inv_freq)
+    # a new base alone (the NTK-aware rule) keeps the default type
+    ntk = with_rope_scaling(model, base=100.0 * 4 ** (head_dim / (head_dim - 2)))
+    assert ntk.scheme.rotary.rope_type == "default" and ntk.scheme.rotary.base > 100.0
+    # the copy's parameters are its own
+    next(scaled.parameters()).data.add_(1.0)
+    assert torch.equal(model(tokens), before)
+
+
+def test_with_rope_scaling_refuses_other_models_and_bad_settings():
+    with pytest.raises(TypeError, match="model must be a TinyTransformer"):
+        with_rope_scaling(nn.Linear(2, 2), None)
+    with pytest.raises(ValueError, match="position='rope'"):
+        with_rope_scaling(_model("alibi"), None)
+    with pytest.raises(ValueError, match="rope_type"):
+        with_rope_scaling(_model("rope"), {"rope_type": "stretch"})
+    with pytest.raises(ValueError, match="base must be > 1"):
+        with_rope_scaling(_model("rope"), base=0.5)

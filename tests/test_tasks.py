@@ -306,3 +306,125 @@ def test_with_a_start_token_the_task_is_unchanged():
 def test_a_start_token_wrapper_validates_its_arguments(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+# ---- marker recall --------------------------------------------------------------------------------
+from posenc.tasks import MARKER, TASKS, marker_recall_batch  # noqa: E402
+
+
+def test_marker_recall_puts_one_marker_and_asks_for_the_token_after_it_from_two_places_on():
+    tokens, targets, mask = marker_recall_batch(torch.Generator().manual_seed(0), 64, 12, vocab_size=VOCAB)
+    assert TASKS == ("lag_copy", "marker_recall") and MARKER == 0
+    assert ((tokens == MARKER).sum(1) == 1).all()  # exactly one marker per row
+    where = (tokens == MARKER).int().argmax(1)  # (b,)
+    assert int(where.max()) <= 12 - 2 and len(set(where.tolist())) > 5  # drawn over [0, s - 2]
+    for row in range(64):
+        p = int(where[row])
+        assert mask[row].tolist() == [m >= p + 2 for m in range(12)]
+        assert (targets[row, p + 2 :] == tokens[row, p + 1]).all()
+        assert (targets[row, : p + 2] == IGNORE_INDEX).all()
+    assert int(tokens.max()) < VOCAB
+
+
+def test_marker_recall_at_a_fixed_place_makes_the_position_the_distance():
+    tokens, targets, mask = marker_recall_batch(
+        torch.Generator().manual_seed(1), 5, 9, vocab_size=VOCAB, marker_at=0, device="cpu"
+    )
+    assert (tokens[:, 0] == MARKER).all() and not (tokens[:, 1:] == MARKER).any()
+    assert (targets[:, 2:] == tokens[:, 1:2]).all() and not mask[:, :2].any() and mask[:, 2:].all()
+
+
+class MarkerOracle(nn.Module):
+    """Recalls the token after the first marker; token 1 where no marker has been seen."""
+
+    def __init__(self, vocab_size: int, *, wrong_from: int | None = None):
+        super().__init__()
+        self.vocab_size, self.wrong_from = vocab_size, wrong_from
+        self.unused = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens):
+        where = (tokens == MARKER).int().argmax(1)  # (b,)
+        value = tokens[torch.arange(len(tokens)), (where + 1).clamp(max=tokens.shape[1] - 1)]
+        answer = value[:, None].expand_as(tokens).clone()
+        if self.wrong_from is not None:
+            answer[:, self.wrong_from :] = (answer[:, self.wrong_from :] % (self.vocab_size - 1)) + 1  # always wrong
+        return nn.functional.one_hot(answer, self.vocab_size).float() + 0 * self.unused
+
+
+def test_marker_recall_accuracy_per_position_reads_each_distance():
+    perfect = accuracy_per_position(MarkerOracle(VOCAB), length=10, vocab_size=VOCAB, seed=0, task="marker_recall")
+    assert perfect[:2].isnan().all() and (perfect[2:] == 1).all()
+    failing = accuracy_per_position(
+        MarkerOracle(VOCAB, wrong_from=6), length=10, vocab_size=VOCAB, seed=0, task="marker_recall", batch=32
+    )
+    assert (failing[2:6] == 1).all() and (failing[6:] == 0).all()
+
+
+def test_a_model_learns_marker_recall_with_train():
+    model = TinyTransformer(VOCAB, position="rope", dim=32, num_heads=2, num_layers=2, seed=0, device="cpu")
+    before = accuracy_per_position(model, length=12, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
+    losses = train(
+        model, steps=300, batch=32, lr=3e-3, min_len=3, max_len=12, vocab_size=VOCAB, seed=0, task="marker_recall"
+    )
+    after = accuracy_per_position(model, length=12, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
+    assert losses[-20:].mean() < 0.5 * losses[:20].mean()
+    assert before < 0.3 < 0.6 < after  # chance is 1 / (VOCAB - 1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (lambda: marker_recall_batch(torch.Generator(), 2, 2, vocab_size=VOCAB), ValueError, "length must be >= 3"),
+        (lambda: marker_recall_batch(torch.Generator(), 2, 5, vocab_size=2), ValueError, "vocab_size must be >= 3"),
+        (
+            lambda: marker_recall_batch(torch.Generator(), 2, 5, vocab_size=VOCAB, marker_at=3),
+            ValueError,
+            r"marker_at must be <= length - 3 = 2",
+        ),
+        (lambda: marker_recall_batch(0, 2, 5, vocab_size=VOCAB), TypeError, "generator must be a torch.Generator"),
+        (
+            lambda: train(Constant(VOCAB), steps=1, batch=2, lr=0.1, min_len=3, max_len=4, vocab_size=VOCAB, seed=0),
+            ValueError,
+            "task 'lag_copy' needs lag",
+        ),
+        (
+            lambda: train(
+                Constant(VOCAB),
+                steps=1,
+                batch=2,
+                lr=0.1,
+                min_len=3,
+                max_len=4,
+                vocab_size=VOCAB,
+                seed=0,
+                lag=2,
+                task="marker_recall",
+            ),
+            ValueError,
+            "task 'marker_recall' has no lag",
+        ),
+        (
+            lambda: train(
+                Constant(VOCAB),
+                steps=1,
+                batch=2,
+                lr=0.1,
+                min_len=2,
+                max_len=4,
+                vocab_size=VOCAB,
+                seed=0,
+                task="marker_recall",
+            ),
+            ValueError,
+            "min_len must be >= 3 for task 'marker_recall'",
+        ),
+        (
+            lambda: accuracy_per_position(Constant(VOCAB), length=5, vocab_size=VOCAB, seed=0, task="copy"),
+            ValueError,
+            "task must be one of",
+        ),
+    ],
+)
+def test_marker_recall_validates_its_arguments(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()

@@ -18,14 +18,11 @@ Usage: python tools/build_pdf.py [--skip-build]
 from __future__ import annotations
 
 import argparse
-import functools
 import html as html_lib
-import http.server
 import re
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import yaml
@@ -36,17 +33,12 @@ PDF = ROOT / "_build" / "pdf" / "posenc-book.pdf"
 SITE_COPY = ROOT / "_build" / "html" / "posenc-book.pdf"
 PRINT_PAGE = "print.html"
 sys.path.insert(0, str(ROOT / "tests" / "site"))
-from conftest import CHROMIUM_FLAGS, find_chromium  # noqa: E402 - the browser tests' own settings
+from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the browser tests' own settings
 
 FOOTER = (
     '<div style="font-size:8px; width:100%; text-align:center; color:#555;">'
     '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
 )
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        pass
 
 
 def build_single_html() -> None:
@@ -99,43 +91,36 @@ def print_page() -> Path:
 def print_pdf(page_file: Path) -> None:
     from playwright.sync_api import sync_playwright
 
-    handler = functools.partial(_QuietHandler, directory=str(SINGLE))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_FLAGS, headless=True)
-            page = browser.new_page()
-            page.goto(f"http://127.0.0.1:{server.server_address[1]}/{page_file.name}", timeout=120_000)
-            page.wait_for_load_state("networkidle")
-            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60_000)
-            page.evaluate("MathJax.startup.promise")
-            # The explorers draw their default setting once their data has arrived.
-            page.wait_for_function(
-                "Array.from(document.querySelectorAll('figure.posenc-explorer')).every(f => f.dataset.ready)",
-                timeout=60_000,
-            )
-            if page.evaluate("document.querySelectorAll('figure.posenc-explorer[data-ready=error]').length"):
-                raise SystemExit("error: an explorer could not load its data in the PDF edition")
-            if page.evaluate("document.querySelectorAll('mjx-merror').length"):
-                raise SystemExit("error: MathJax could not typeset a formula in the PDF edition")
-            page.emulate_media(media="print")
-            PDF.parent.mkdir(parents=True, exist_ok=True)
-            page.pdf(
-                path=str(PDF),
-                format="A4",
-                margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
-                print_background=True,
-                display_header_footer=True,
-                header_template="<span></span>",
-                footer_template=FOOTER,
-                outline=True,
-                tagged=True,
-            )
-            browser.close()
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(SINGLE) as base_url, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_FLAGS, headless=True)
+        page = browser.new_page()
+        page.goto(base_url + page_file.name, timeout=120_000)
+        page.wait_for_load_state("networkidle")
+        page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60_000)
+        page.evaluate("MathJax.startup.promise")
+        # The explorers draw their default setting once their data has arrived.
+        page.wait_for_function(
+            "Array.from(document.querySelectorAll('figure.posenc-explorer')).every(f => f.dataset.ready)",
+            timeout=60_000,
+        )
+        if page.evaluate("document.querySelectorAll('figure.posenc-explorer[data-ready=error]').length"):
+            raise SystemExit("error: an explorer could not load its data in the PDF edition")
+        if page.evaluate("document.querySelectorAll('mjx-merror').length"):
+            raise SystemExit("error: MathJax could not typeset a formula in the PDF edition")
+        page.emulate_media(media="print")
+        PDF.parent.mkdir(parents=True, exist_ok=True)
+        page.pdf(
+            path=str(PDF),
+            format="A4",
+            margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+            print_background=True,
+            display_header_footer=True,
+            header_template="<span></span>",
+            footer_template=FOOTER,
+            outline=True,
+            tagged=True,
+        )
+        browser.close()
 
 
 def main() -> None:

@@ -1,20 +1,30 @@
-"""Fixtures for the browser test: the built site served on 127.0.0.1, and headless Chromium."""
+"""What the browser tests share: the built site served on 127.0.0.1, headless Chromium, the list
+of the site's pages, and the guard that records what a page did wrong.
+
+tools/build_pdf.py imports this module too (CHROMIUM_FLAGS, find_chromium, serve), so that the PDF
+edition is printed by the same browser, with the same flags, from the same kind of server.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
 import shutil
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+# Folders of the build that hold assets and sources, not pages.
+NOT_PAGES = {"_static", "_sources", "_images"}
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -35,6 +45,39 @@ def find_chromium() -> str | None:
     return None
 
 
+def site_pages() -> list[str]:
+    """Every HTML page of the built site, relative to its root and sorted; [] when it is not built."""
+    if not SITE.is_dir():
+        return []
+    return sorted(
+        str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (NOT_PAGES & set(p.relative_to(SITE).parts))
+    )
+
+
+def guard(page) -> list[str]:
+    """Record what a Playwright page does wrong; returns the list, which fills while the page runs.
+
+    Installed before the page loads, it aborts and records any request that leaves 127.0.0.1 (data:
+    and blob: URLs are local), and records console errors, uncaught page errors and HTTP responses
+    with status 400 or above. The caller asserts that the list is empty.
+    """
+    problems: list[str] = []
+
+    def route(route):
+        url = urlsplit(route.request.url)
+        if url.scheme in ("data", "blob") or url.hostname == "127.0.0.1":
+            route.continue_()
+        else:
+            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
+            route.abort()
+
+    page.route("**/*", route)
+    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
+    page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
+    page.on("response", lambda resp: resp.status >= 400 and problems.append(f"HTTP {resp.status}: {resp.url}"))
+    return problems
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass
@@ -43,10 +86,23 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 class _Server(http.server.ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         # A page closed while a file was still being sent is normal in these tests.
-        import sys
-
         if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             super().handle_error(request, client_address)
+
+
+@contextlib.contextmanager
+def serve(directory: Path) -> Iterator[str]:
+    """Serve a folder on 127.0.0.1 at a free port, without a log line per request; yields its base URL."""
+    handler = functools.partial(_QuietHandler, directory=str(directory))
+    server = _Server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 @pytest.fixture(scope="session")
@@ -58,15 +114,8 @@ def site() -> Path:
 
 @pytest.fixture(scope="session")
 def base_url(site: Path) -> Iterator[str]:
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = _Server(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve(site) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -18,15 +18,10 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
-from conftest import ROOT, SITE
+from conftest import ROOT, guard, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-SKIP = {"_static", "_sources", "_images"}
-PAGES = (
-    sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (SKIP & set(p.relative_to(SITE).parts)))
-    if SITE.is_dir()
-    else []
-)
+PAGES = site_pages()
 NOTEBOOK_PAGES = {
     str(p.relative_to(ROOT).with_suffix(".html")): str(p.relative_to(ROOT))
     for p in (ROOT / "book").rglob("*.ipynb")
@@ -62,23 +57,12 @@ def test_the_site_has_the_expected_pages(site):
 
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page(page_path, site, base_url, browser, screenshots):
-    problems: list[str] = []
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-
-    def route(route):
-        url = route.request.url
-        if urlsplit(url).scheme in ("data", "blob") or urlsplit(url).hostname == "127.0.0.1":
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {url}")
-            route.abort()
-
-    page.route("**/*", route)
-    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
-    page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
+    problems = guard(page)
+    # Stricter than the guard: a request that fails without an HTTP status (a refused connection,
+    # an aborted load) also fails the page.
     page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url} ({req.failure})"))
-    page.on("response", lambda resp: resp.status >= 400 and problems.append(f"HTTP {resp.status}: {resp.url}"))
 
     try:
         page.goto(base_url + page_path, wait_until="load")

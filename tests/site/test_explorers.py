@@ -16,14 +16,13 @@ import json
 import math
 import re
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 import pytest
 import torch
 
 import posenc
 
-from conftest import SITE
+from conftest import SITE, guard
 
 PAGES = {
     "sinusoidal": "book/02_sinusoidal.html",
@@ -53,20 +52,7 @@ def explorer_page(browser, base_url, name, *, viewport=DESKTOP, mode="light"):
     context = browser.new_context(viewport=viewport)
     context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
     page = context.new_page()
-    problems: list[str] = []
-
-    def route(route):
-        url = urlsplit(route.request.url)
-        if url.scheme in ("data", "blob") or url.hostname == "127.0.0.1":
-            route.continue_()
-        else:
-            problems.append(f"request leaves 127.0.0.1: {route.request.url}")
-            route.abort()
-
-    page.route("**/*", route)
-    page.on("console", lambda msg: msg.type == "error" and problems.append(f"console error: {msg.text}"))
-    page.on("pageerror", lambda err: problems.append(f"page error: {err}"))
-    page.on("response", lambda resp: resp.status >= 400 and problems.append(f"HTTP {resp.status}: {resp.url}"))
+    problems = guard(page)
     try:
         page.goto(base_url + PAGES[name], wait_until="load")
         page.wait_for_function(

@@ -18,15 +18,10 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, SITE
+from conftest import ROOT, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
-SKIP = {"_static", "_sources", "_images"}
-PAGES = (
-    sorted(str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (SKIP & set(p.relative_to(SITE).parts)))
-    if SITE.is_dir()
-    else []
-)
+PAGES = site_pages()
 
 
 def _korean_ui():

@@ -12,7 +12,7 @@ from posenc import tasks
 from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
-from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device
+from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device, with_rope_scaling
 from posenc.plotting import use_book_style
 from posenc.positions import resolve_offset
 from posenc.profiling import tensor_memory_peak
@@ -76,6 +76,7 @@ __all__ = [
     "tasks",
     "tensor_memory_peak",
     "use_book_style",
+    "with_rope_scaling",
     "xpos_zeta",
 ]
 __version__ = "1.0.0"

@@ -3,17 +3,17 @@
 Book: the lab (``book/09_lab.ipynb``). Each scheme is one small module in a registry,
 :data:`POSITION_SCHEME_CLASSES` (name -> class), built from posenc's own functions:
 
-============  ============================  ==========================  ============================  =============
-position      where position enters (hook)  built from (posenc)         position_options              book/
-============  ============================  ==========================  ============================  =============
-"none"        nowhere (NoPE)                the causal mask alone       none                          07_beyond
-"sinusoidal"  input (embed)                 sinusoidal_encoding         base                          02_sinusoidal
-"learned"     input (embed)                 LearnedPositionalEmbedding  max_positions                 03_learned
-"shaw"        keys, values (attend)         shaw_attention (per layer)  max_relative                  04_relative
-"t5"          logits (bias, shared)         T5RelativeBias              num_buckets, max_distance     04_relative
-"alibi"       logits (bias, shared)         alibi_bias                  none                          07_beyond
-"rope"        q and k (rotate)              RotaryEmbedding             base, pairing, max_positions  06_rope
-============  ============================  ==========================  ============================  =============
+============  =====================  ==========================  =====================================  =============
+position      enters at (hook)       built from (posenc)         position_options                       book/
+============  =====================  ==========================  =====================================  =============
+"none"        nowhere (NoPE)         the causal mask alone       none                                   07_beyond
+"sinusoidal"  input (embed)          sinusoidal_encoding         base                                   02_sinusoidal
+"learned"     input (embed)          LearnedPositionalEmbedding  max_positions                          03_learned
+"shaw"        keys, values (attend)  shaw_attention (per layer)  max_relative                           04_relative
+"t5"          logits (bias, shared)  T5RelativeBias              num_buckets, max_distance              04_relative
+"alibi"       logits (bias, shared)  alibi_bias                  none                                   07_beyond
+"rope"        q and k (rotate)       RotaryEmbedding             base, pairing, max_positions, scaling  06_rope
+============  =====================  ==========================  =====================================  =============
 
 A scheme's options go in ``position_options``, e.g.
 ``TinyTransformer(16, position="rope", position_options={"base": 500.0})``; an option the scheme
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
+from copy import deepcopy
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +58,7 @@ __all__ = [
     "T5Bias",
     "TinyTransformer",
     "default_device",
+    "with_rope_scaling",
 ]
 
 
@@ -206,14 +208,26 @@ class ALiBi(PositionScheme):
 class RoPE(PositionScheme):
     """Rotary embedding of queries and keys (Su et al., arXiv:2104.09864, ``book/06_rope.ipynb``).
 
-    ``max_positions`` is the longest sequence it accepts; longer ones raise.
+    ``max_positions`` is the longest sequence it accepts; longer ones raise. ``scaling`` is a RoPE
+    scaling dict as :class:`posenc.RotaryEmbedding` takes it (``{"rope_type": "linear", "factor": 4}``
+    ...); to change it on a trained model, see :func:`with_rope_scaling`.
     """
 
-    def __init__(self, shape: ModelShape, *, base: float = 10000.0, pairing: str = "half", max_positions: int = 4096):
+    def __init__(
+        self,
+        shape: ModelShape,
+        *,
+        base: float = 10000.0,
+        pairing: str = "half",
+        max_positions: int = 4096,
+        scaling: Mapping | None = None,
+    ):
         super().__init__(shape)
         if shape.head_dim % 2:
             raise ValueError(f"rope needs an even head dim, got dim // num_heads = {shape.head_dim}")
-        self.rotary = RotaryEmbedding(shape.head_dim, max_positions=max_positions, base=base, pairing=pairing)
+        self.rotary = RotaryEmbedding(
+            shape.head_dim, max_positions=max_positions, base=base, pairing=pairing, scaling=scaling
+        )
 
     def rotate(self, q: Tensor, k: Tensor, positions: Tensor) -> tuple[Tensor, Tensor]:
         return self.rotary(q, k, positions)  # 2 x (b, h, s, d)
@@ -412,3 +426,32 @@ class TinyTransformer(nn.Module):
             raise ValueError("mask selects no position: the mean loss over no targets is undefined")
         logits = self(tokens)
         return F.cross_entropy(logits[mask], targets[mask])
+
+
+def with_rope_scaling(
+    model: TinyTransformer, scaling: Mapping | None = None, *, base: float | None = None
+) -> TinyTransformer:
+    """A copy of a RoPE ``model`` whose rotation uses ``scaling`` (and ``base``); ``model`` is unchanged.
+
+    This is what extending a trained model's context does: the weights stay, only the frequencies
+    (and, for YaRN, the attention scale) change. ``scaling`` is a dict as for
+    :class:`posenc.RotaryEmbedding` (``None``: RoPE's own frequencies); ``base=None`` keeps the
+    model's base, so the NTK-aware rule is ``base=model_base * alpha ** (d / (d - 2))``. Pairing and
+    ``max_positions`` are kept. The copy has the original's parameters (copied, on the same device)
+    and mode (train/eval). Book: the context-extension chapter (``book/10_extension.ipynb, in preparation``).
+    """
+    if not isinstance(model, TinyTransformer):
+        raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")
+    if model.position != "rope":
+        raise ValueError(f"model must use position='rope' to rescale RoPE, got position={model.position!r}")
+    old = model.scheme.rotary
+    rotary = RotaryEmbedding(
+        old.head_dim,
+        max_positions=old.max_positions,
+        base=old.base if base is None else base,
+        pairing=old.pairing,
+        scaling=scaling,
+    ).to(old.inv_freq.device)
+    copy = deepcopy(model)
+    copy.scheme.rotary = rotary
+    return copy

@@ -1,16 +1,25 @@
-"""The lag-copy task of ``book/03_learned.ipynb`` and the lab: at position ``t``, predict the token at ``t - lag``.
+"""Two probe tasks for position schemes: lag copy and marker recall.
 
-A model solves it only if it knows *where* each token is relative to the others, which makes it a
-clean probe of a position scheme: train on short sequences, then read the accuracy position by
-position, inside and past the training length.
+**Lag copy** (``task="lag_copy"``; ``book/03_learned.ipynb`` and the lab): at position ``t``,
+predict the token at ``t - lag``. A model solves it only if it knows *where* each token is relative
+to the others, which makes it a clean probe of a position scheme: train on short sequences, then
+read the accuracy position by position, inside and past the training length.
 
-* :func:`lag_copy_batch` draws random tokens with their targets and mask (explicit generator);
+**Marker recall** (``task="marker_recall"``; the context-extension chapter,
+``book/10_extension.ipynb, in preparation``): one :data:`MARKER` token (id 0) sits at a position ``p``; from
+``p + 2`` on, every position must output the token right after it, ``x_{p+1}``. It needs both a
+distance-1 look (which token follows the marker) and a look back over any distance (where the
+marker was), so it fails when a model meets distances it never trained on.
+
+* :func:`lag_copy_batch`, :func:`marker_recall_batch` draw random tokens with their targets and
+  mask (explicit generator);
 * :func:`train` fits any model ``forward(tokens) -> logits`` with AdamW, one random length per step;
 * :func:`lag_copy_accuracy` and :func:`accuracy_per_position` read the accuracy at each position;
 * :class:`WithStartToken` puts a fixed start token (BOS) in front of every sequence a model sees.
 
-Targets that do not exist (the first ``lag`` positions) hold :data:`IGNORE_INDEX` (-100, the
-value ``F.cross_entropy`` ignores by default) and are false in ``mask``.
+Targets that do not exist (the first ``lag`` positions; up to ``p + 1`` in marker recall) hold
+:data:`IGNORE_INDEX` (-100, the value ``F.cross_entropy`` ignores by default) and are false in
+``mask``.
 
 Shapes:
     b: batch, s: sequence length (``length``), v: vocabulary size.
@@ -28,15 +37,20 @@ from posenc._checks import check_int, check_real, check_tensor, has_values
 
 __all__ = [
     "IGNORE_INDEX",
+    "MARKER",
+    "TASKS",
     "WithStartToken",
     "accuracy_per_position",
     "lag_copy_accuracy",
     "lag_copy_batch",
     "lag_copy_targets",
+    "marker_recall_batch",
     "train",
 ]
 
 IGNORE_INDEX = -100
+MARKER = 0  #: the marker token of marker recall; the other tokens are 1 .. vocab_size - 1
+TASKS = ("lag_copy", "marker_recall")
 
 
 def _check_task(vocab_size: object, lag: object) -> tuple[int, int]:
@@ -115,6 +129,77 @@ def lag_copy_batch(
     return tokens, targets, mask
 
 
+def marker_recall_batch(
+    generator: torch.Generator,
+    batch: int,
+    length: int,
+    *,
+    vocab_size: int,
+    marker_at: int | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A batch of the marker-recall task: one :data:`MARKER` per sequence; recall the token after it.
+
+    Tokens are ``torch.randint(1, vocab_size, (batch, length))`` (never the marker), then each row
+    ``i`` gets the marker at ``p_i``: ``marker_at`` for every row, or (``None``) one
+    ``torch.randint(0, length - 1, (batch,))`` draw, i.e. uniform in ``[0, length - 2]``. Both draws
+    come from ``generator``, on its device, then move to ``device``. The target of position ``m`` is
+    ``x_{p_i + 1}`` for ``m >= p_i + 2``; earlier positions have none (``IGNORE_INDEX``, mask false).
+    With ``marker_at=0`` the value token is at position 1, so position ``m`` recalls it over the
+    distance ``m - 1``: accuracy per position is accuracy per distance.
+
+    Shapes:
+        returns tokens ``(b, s)`` int64 in ``[0, v)``, targets ``(b, s)`` int64, mask ``(b, s)`` bool.
+    """
+    generator = _check_generator("generator", generator)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=3)
+    batch = check_int("batch", batch, minimum=1)
+    length = check_int("length", length, minimum=3)
+    if marker_at is not None:
+        marker_at = check_int("marker_at", marker_at, minimum=0)
+        if marker_at > length - 3:
+            raise ValueError(
+                f"marker_at must be <= length - 3 = {length - 3} (a target needs position marker_at + 2), "
+                f"got {marker_at}"
+            )
+    tokens = torch.randint(1, vocab_size, (batch, length), generator=generator, device=generator.device)  # (b, s)
+    if marker_at is None:
+        where = torch.randint(0, length - 2, (batch,), generator=generator, device=generator.device)  # (b,)
+    else:
+        where = torch.full((batch,), marker_at, device=generator.device)
+    rows = torch.arange(batch, device=generator.device)
+    tokens[rows, where] = MARKER
+    value = tokens[rows, where + 1]  # (b,) the token to recall
+    mask = torch.arange(length, device=generator.device) >= (where + 2)[:, None]  # (b, s)
+    targets = torch.where(mask, value[:, None], torch.full_like(tokens, IGNORE_INDEX))
+    if device is not None:
+        tokens, targets, mask = tokens.to(device), targets.to(device), mask.to(device)
+    return tokens, targets, mask
+
+
+def _task_batches(task: object, vocab_size: object, lag: object):
+    """Validate (task, vocab_size, lag); return ``draw(generator, batch, length, device)`` and the shortest length."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    if task == "lag_copy":
+        if lag is None:
+            raise ValueError("task 'lag_copy' needs lag, the distance to copy from")
+        vocab_size, lag = _check_task(vocab_size, lag)
+
+        def draw(generator, batch, length, device):
+            return lag_copy_batch(generator, batch, length, vocab_size=vocab_size, lag=lag, device=device)
+
+        return draw, lag + 1
+    if lag is not None:
+        raise ValueError(f"task 'marker_recall' has no lag, got lag={lag!r}")
+    vocab_size = check_int("vocab_size", vocab_size, minimum=3)
+
+    def draw(generator, batch, length, device):
+        return marker_recall_batch(generator, batch, length, vocab_size=vocab_size, device=device)
+
+    return draw, 3
+
+
 def train(
     model: nn.Module,
     *,
@@ -123,35 +208,41 @@ def train(
     lr: float,
     min_len: int,
     max_len: int,
-    lag: int,
     vocab_size: int,
     seed: int | torch.Generator,
+    lag: int | None = None,
+    task: str = "lag_copy",
     weight_decay: float = 0.0,
     progress: bool | str = False,
 ) -> Tensor:
-    """Fit ``model`` to the lag-copy task with AdamW; return the training loss of every step.
+    """Fit ``model`` to a task of :data:`TASKS` with AdamW; return the training loss of every step.
 
-    Each step draws a length uniformly from ``[min_len, max_len]`` (one ``torch.randint`` call;
-    none when ``min_len == max_len``), then a batch of that length (:func:`lag_copy_batch`), both
-    from one CPU generator: ``seed`` is an int (a fresh ``torch.Generator().manual_seed(seed)``) or
-    a generator to continue, which this call advances. The batch goes to the model's device. The
-    loss is the mean cross-entropy over the positions that have a target. The default
-    ``weight_decay=0`` leaves parameters that get no gradient (unused table rows) bit for bit as
-    they were. ``progress`` shows a ``tqdm`` bar (labelled with it when it is a string); the default
-    prints nothing. The model's train/eval mode is not changed.
+    ``task="lag_copy"`` (the default) needs ``lag``; ``task="marker_recall"`` takes none (the
+    marker's place is drawn per sequence, :func:`marker_recall_batch`). Each step draws a length
+    uniformly from ``[min_len, max_len]`` (one ``torch.randint`` call; none when
+    ``min_len == max_len``), then a batch of that length, both from one CPU generator: ``seed`` is
+    an int (a fresh ``torch.Generator().manual_seed(seed)``) or a generator to continue, which this
+    call advances. The batch goes to the model's device. The loss is the mean cross-entropy over the
+    positions that have a target. The default ``weight_decay=0`` leaves parameters that get no
+    gradient (unused table rows) bit for bit as they were. ``progress`` shows a ``tqdm`` bar
+    (labelled with it when it is a string); the default prints nothing. The model's train/eval mode
+    is not changed.
 
     Shapes:
         model: tokens ``(b, s)`` -> logits ``(b, s, v)``; returns losses ``(steps,)`` float32 on the CPU.
     """
     device = _model_device(model)
-    vocab_size, lag = _check_task(vocab_size, lag)
+    draw, shortest = _task_batches(task, vocab_size, lag)
     steps = check_int("steps", steps, minimum=1)
     batch = check_int("batch", batch, minimum=1)
     lr = check_real("lr", lr, greater_than=0.0)
     weight_decay = check_real("weight_decay", weight_decay)
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay:g}")
-    min_len = _check_length("min_len", min_len, lag)
+    min_len = check_int("min_len", min_len, minimum=1)
+    if min_len < shortest:  # lag copy: shortest = lag + 1
+        reason = f"> lag = {shortest - 1}" if task == "lag_copy" else f">= {shortest} for task {task!r}"
+        raise ValueError(f"min_len must be {reason} (a sequence needs at least one target), got {min_len}")
     max_len = check_int("max_len", max_len, minimum=1)
     if max_len < min_len:
         raise ValueError(f"max_len must be >= min_len = {min_len}, got {max_len}")
@@ -188,7 +279,7 @@ def train(
             if min_len == max_len
             else int(torch.randint(min_len, max_len + 1, (1,), generator=generator, device=generator.device))
         )
-        tokens, targets, mask = lag_copy_batch(generator, batch, length, vocab_size=vocab_size, lag=lag, device=device)
+        tokens, targets, mask = draw(generator, batch, length, device)
         logits = model(tokens)  # (b, s, v)
         if step == 0 and tuple(logits.shape) != (batch, length, vocab_size):
             raise ValueError(
@@ -223,27 +314,39 @@ def accuracy_per_position(
     model: nn.Module,
     *,
     length: int,
-    lag: int,
     vocab_size: int,
-    batch: int = 512,
     seed: int,
+    lag: int | None = None,
+    task: str = "lag_copy",
+    batch: int = 512,
 ) -> Tensor:
     """Accuracy at each position of ``batch`` random sequences of ``length`` drawn from ``seed``.
 
-    The sequences are ``lag_copy_batch(torch.Generator().manual_seed(seed), batch, length, ...)``,
-    evaluated on the model's device; past a training length ``N``, index ``N + j`` is the accuracy
-    ``j + 1`` positions beyond it. The mean over ``t >= lag`` (``result.nanmean()``) equals the
-    accuracy over all predicted tokens. A model that cannot take ``length`` (a learned table) raises.
+    Lag copy (the default; needs ``lag``): the sequences are
+    ``lag_copy_batch(torch.Generator().manual_seed(seed), batch, length, ...)``; past a training
+    length ``N``, index ``N + j`` is the accuracy ``j + 1`` positions beyond it, and the mean over
+    ``t >= lag`` (``result.nanmean()``) equals the accuracy over all predicted tokens. Marker recall:
+    ``marker_recall_batch(..., marker_at=0)``, so index ``m`` is the accuracy of recalling a token
+    ``m - 1`` positions back (NaN at ``m < 2``). Evaluated on the model's device; a model that cannot
+    take ``length`` (a learned table) raises.
 
     Shapes:
-        returns ``(s,)`` float32 on the CPU, NaN at ``t < lag``.
+        returns ``(s,)`` float32 on the CPU, NaN where no sequence has a target.
     """
     device = _model_device(model)
+    _task_batches(task, vocab_size, lag)  # validates
     seed = check_int("seed", seed)
-    tokens, _, _ = lag_copy_batch(
-        torch.Generator().manual_seed(seed), batch, length, vocab_size=vocab_size, lag=lag, device=device
+    generator = torch.Generator().manual_seed(seed)
+    if task == "lag_copy":
+        tokens, _, _ = lag_copy_batch(generator, batch, length, vocab_size=vocab_size, lag=lag, device=device)
+        return lag_copy_accuracy(model, tokens, lag=lag)
+    tokens, targets, mask = marker_recall_batch(
+        generator, batch, length, vocab_size=vocab_size, marker_at=0, device=device
     )
-    return lag_copy_accuracy(model, tokens, lag=lag)
+    with torch.no_grad():
+        predicted = model(tokens).argmax(-1)  # (b, s)
+    hits = ((predicted == targets) & mask).float().sum(0) / mask.float().sum(0)  # (s,): NaN where no target
+    return hits.cpu()
 
 
 class WithStartToken(nn.Module):
