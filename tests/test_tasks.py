@@ -174,6 +174,14 @@ _GOOD = dict(steps=1, batch=2, lr=1e-3, min_len=4, max_len=5, lag=LAG, vocab_siz
         ({"weight_decay": -0.1}, ValueError, "weight_decay must be >= 0"),
         ({"seed": "0"}, TypeError, "seed must be an integer or a torch.Generator"),
         ({"progress": 1}, TypeError, "progress must be a bool or a label"),
+        ({"lag": None}, ValueError, "task 'lag_copy' needs lag"),
+        ({"task": "marker_recall"}, ValueError, "task 'marker_recall' has no lag"),
+        (
+            {"task": "marker_recall", "lag": None, "min_len": 2},
+            ValueError,
+            "min_len must be >= 3 for task 'marker_recall'",
+        ),
+        ({"task": "copy"}, ValueError, "task must be one of"),
     ],
 )
 def test_train_validates_its_arguments(change, error, pattern):
@@ -382,42 +390,6 @@ def test_a_model_learns_marker_recall_with_train():
             r"marker_at must be <= length - 3 = 2",
         ),
         (lambda: marker_recall_batch(0, 2, 5, vocab_size=VOCAB), TypeError, "generator must be a torch.Generator"),
-        (
-            lambda: train(Constant(VOCAB), steps=1, batch=2, lr=0.1, min_len=3, max_len=4, vocab_size=VOCAB, seed=0),
-            ValueError,
-            "task 'lag_copy' needs lag",
-        ),
-        (
-            lambda: train(
-                Constant(VOCAB),
-                steps=1,
-                batch=2,
-                lr=0.1,
-                min_len=3,
-                max_len=4,
-                vocab_size=VOCAB,
-                seed=0,
-                lag=2,
-                task="marker_recall",
-            ),
-            ValueError,
-            "task 'marker_recall' has no lag",
-        ),
-        (
-            lambda: train(
-                Constant(VOCAB),
-                steps=1,
-                batch=2,
-                lr=0.1,
-                min_len=2,
-                max_len=4,
-                vocab_size=VOCAB,
-                seed=0,
-                task="marker_recall",
-            ),
-            ValueError,
-            "min_len must be >= 3 for task 'marker_recall'",
-        ),
         (
             lambda: accuracy_per_position(Constant(VOCAB), length=5, vocab_size=VOCAB, seed=0, task="copy"),
             ValueError,

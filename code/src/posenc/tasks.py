@@ -305,9 +305,14 @@ def lag_copy_accuracy(model: nn.Module, tokens: Tensor, *, lag: int) -> Tensor:
         tokens ``(b, s)`` int64; returns ``(s,)`` float32 on the CPU, index = position ``t``.
     """
     targets, mask = lag_copy_targets(tokens, lag=lag)
-    predicted = model(tokens).argmax(-1)  # (b, s)
-    hits = (predicted == targets).float().mean(0)  # (s,)
-    return hits.masked_fill(~mask[0], float("nan")).cpu()
+    return _accuracy(model, tokens, targets, mask)
+
+
+@torch.no_grad()
+def _accuracy(model: nn.Module, tokens: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """Per position: the share of the sequences with a target there whose argmax is it (NaN if none)."""
+    hits = (model(tokens).argmax(-1) == targets) & mask  # (b, s)
+    return (hits.float().sum(0) / mask.float().sum(0)).cpu()  # (s,)
 
 
 def accuracy_per_position(
@@ -343,10 +348,7 @@ def accuracy_per_position(
     tokens, targets, mask = marker_recall_batch(
         generator, batch, length, vocab_size=vocab_size, marker_at=0, device=device
     )
-    with torch.no_grad():
-        predicted = model(tokens).argmax(-1)  # (b, s)
-    hits = ((predicted == targets) & mask).float().sum(0) / mask.float().sum(0)  # (s,): NaN where no target
-    return hits.cpu()
+    return _accuracy(model, tokens, targets, mask)
 
 
 class WithStartToken(nn.Module):
