@@ -44,10 +44,11 @@ def test_entries_have_a_year_and_papers_an_arxiv_id():
         if "eprint" in body:
             assert re.search(r"eprint\s*=\s*\{\d{4}\.\d{4,5}\}", body), key
     # Every paper the book discusses at length is on arXiv; GPT-2's report is the one exception.
-    # Without an arXiv id: GPT-2's report, and the two forum posts that introduced NTK-aware and
-    # dynamic NTK RoPE scaling (the YaRN paper credits them); those must say where they appeared.
+    # Without an arXiv id: GPT-2's report, the two forum posts that introduced NTK-aware and
+    # dynamic NTK RoPE scaling (the YaRN paper credits them), and Meta's Llama 4 announcement (no
+    # paper describes iRoPE); all but the first must say where they appeared.
     no_eprint = [k for k, body in bib_entries().items() if "eprint" not in body]
-    assert no_eprint == ["radford2019gpt2", "bloc97_2023ntk", "emozilla_2023dynamic"]
+    assert no_eprint == ["radford2019gpt2", "bloc97_2023ntk", "emozilla_2023dynamic", "meta2025llama4"]
     for key in no_eprint[1:]:
         assert "howpublished" in bib_entries()[key], key
 
