@@ -127,7 +127,7 @@ def markdown_sources():
 
 def test_the_book_has_prose_to_check():
     sources = list(markdown_sources())
-    assert {path.name for path, _, _ in sources} >= {"intro.md", "11_summary.md", "01_why_position.ipynb"}
+    assert {path.name for path, _, _ in sources} >= {"intro.md", "12_summary.md", "01_why_position.ipynb"}
     assert len(sources) > 50
 
 
