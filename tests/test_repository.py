@@ -227,3 +227,21 @@ def test_notebook_is_stored_executed_in_one_fresh_kernel(path):
                 assert "raises-exception" in cell.metadata.get("tags", []), f"an error output: {output.evalue}"
             if output.output_type == "stream" and output.name == "stderr":
                 assert "Warning" not in output.text, f"a stored warning: {output.text!r}"
+
+
+def test_posenc_names_existing_chapters_by_their_numbers():
+    """Docstrings cite chapters by file (``book/06_rope.ipynb``) and number; both must be current.
+
+    A "chapter N" on a line that names a chapter file must be that file's number, so that a
+    renumbering of the book cannot leave the package pointing at the wrong chapter.
+    """
+    chapter_file = re.compile(r"book/((\d\d)_\w+)\.ipynb")
+    for path in sorted((ROOT / "code" / "src" / "posenc").glob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            where = f"{path.name}:{number}"
+            files = chapter_file.findall(line)
+            for stem, _ in files:
+                assert (ROOT / "book" / f"{stem}.ipynb").is_file(), f"{where}: no book/{stem}.ipynb"
+            said = re.findall(r"[Cc]hapter (\d+) \(``book/", line)
+            for n in said:
+                assert any(int(n) == int(num) for _, num in files), f"{where}: chapter {n} is not {files}"

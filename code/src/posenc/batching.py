@@ -1,6 +1,6 @@
 r"""Positions and masks for batches in practice: left padding, packed documents, streaming caches.
 
-Book: the chapter "positions in practice" (``book/10_practice.ipynb``). A position scheme gives
+Book: the chapter "positions in practice" (``book/11_practice.ipynb``). A position scheme gives
 each token the position it would have in its own document; these functions build those positions
 and the matching masks when a row of the batch is not one document starting at column 0.
 

@@ -378,7 +378,7 @@ class TinyTransformer(nn.Module):
 
         Row ``m`` of ``weights[layer, i, head]`` is how query ``m`` of sequence ``i`` spreads its
         attention over the keys ``n <= m`` (zero above the diagonal: the causal mask); each row
-        sums to 1. It runs the same forward pass as :meth:`forward`. Chapter 7 reads from it
+        sums to 1. It runs the same forward pass as :meth:`forward`. The lab (``book/09_lab.ipynb``) reads from it
         how much attention goes to keys at distances the training never reached.
 
         Shapes:
@@ -438,7 +438,7 @@ def with_rope_scaling(
     :class:`posenc.RotaryEmbedding` (``None``: RoPE's own frequencies); ``base=None`` keeps the
     model's base, so the NTK-aware rule is ``base=model_base * alpha ** (d / (d - 2))``. Pairing and
     ``max_positions`` are kept. The copy has the original's parameters (copied, on the same device)
-    and mode (train/eval). Book: the context-extension chapter (``book/10_extension.ipynb, in preparation``).
+    and mode (train/eval). Book: the context-extension chapter (``book/10_extension.ipynb``).
     """
     if not isinstance(model, TinyTransformer):
         raise TypeError(f"model must be a TinyTransformer, got {type(model).__name__}")

@@ -137,7 +137,7 @@ def rope_cos_sin(
     r"""cos and sin of the angles :math:`m\,\theta_i`, times ``attention_scale``, cast to ``dtype``.
 
     The angles are float32, as in transformers, except for float64 output, where they are float64
-    (so that the book's identities hold to 1e-12 at any position). Chapter 5.
+    (so that the book's identities hold to 1e-12 at any position). Chapter 6.
 
     Shapes:
         positions ``(...)`` integers >= 0, inv_freq ``(d/2,)``; returns cos and sin ``(..., d/2)`` in ``dtype``.
@@ -196,7 +196,7 @@ def rope_rotate_reference(x: Tensor, cos: Tensor, sin: Tensor, *, pairing: str =
     [-x2, x1]`` with ``x1, x2`` the two halves; for ``"interleaved"`` they are ``(2i, 2i + 1)``, so
     ``rotate(x)_{2i} = -x_{2i+1}`` and ``rotate(x)_{2i+1} = x_{2i}``. With fewer pairs in ``cos``
     than in ``x`` (``r < d``, GPT-NeoX's partial rotary), the last ``d - r`` features pass unchanged.
-    Readable and slow (several temporaries); :func:`rope_rotate` is the fast form. Chapter 5.
+    Readable and slow (several temporaries); :func:`rope_rotate` is the fast form. Chapter 6.
 
     Shapes:
         x ``(b, h, s, d)``; cos, sin ``(s, r/2)``, ``(b, s, r/2)`` or ``(b, 1, s, r/2)`` in x's dtype;

@@ -459,7 +459,7 @@ def rope_settings(config: object) -> RopeSettings:
     (see the module docstring), so that ``rope_inv_freq(head_dim, base=s.base, scaling=s.scaling)``,
     ``apply_rope`` and ``RotaryEmbedding`` reproduce the model with its FULL ``head_dim``: a partial
     rotation (``rotary_fraction < 1``) is carried in ``scaling["partial_rotary_factor"]``. The result
-    is validated when the config tells the head dimension. Book: chapters 5 and 6.
+    is validated when the config tells the head dimension. Book: chapter 6.
 
     Example::
 

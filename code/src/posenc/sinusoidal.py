@@ -45,7 +45,7 @@ def sinusoid_frequencies(dim: int, *, base: float = 10000.0, dtype: torch.dtype 
     r"""Angular frequencies :math:`\theta_i = \text{base}^{-2i/d}` of the ``d/2`` pairs.
 
     The one home of this formula in posenc: the sinusoidal encoding (arXiv:1706.03762, chapter 2)
-    and every RoPE variant (:math:`\theta_i`, arXiv:2104.09864, chapters 5 and 6) import it. Pair ``i``
+    and every RoPE variant (:math:`\theta_i`, arXiv:2104.09864, chapters 6 to 8) import it. Pair ``i``
     has wavelength :math:`2\pi / \theta_i = 2\pi\, \text{base}^{2i/d}`: a geometric progression from
     :math:`2\pi` up to :math:`2\pi\, \text{base}^{(d-2)/d}`.
 

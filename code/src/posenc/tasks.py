@@ -6,7 +6,7 @@ to the others, which makes it a clean probe of a position scheme: train on short
 read the accuracy position by position, inside and past the training length.
 
 **Marker recall** (``task="marker_recall"``; the context-extension chapter,
-``book/10_extension.ipynb, in preparation``): one :data:`MARKER` token (id 0) sits at a position ``p``; from
+``book/10_extension.ipynb``): one :data:`MARKER` token (id 0) sits at a position ``p``; from
 ``p + 2`` on, every position must output the token right after it, ``x_{p+1}``. It needs both a
 distance-1 look (which token follows the marker) and a look back over any distance (where the
 marker was), so it fails when a model meets distances it never trained on.

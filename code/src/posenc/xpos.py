@@ -70,7 +70,7 @@ def xpos_zeta(head_dim: int, *, gamma: float = DEFAULT_GAMMA, dtype: torch.dtype
     r"""The per-pair decay bases :math:`\zeta_i = (2i/d + \gamma) / (1 + \gamma)` of xPos.
 
     Computed in float64 and rounded once to ``dtype``. All lie in :math:`(0, 1)` for :math:`\gamma > 0`:
-    the fastest pair (``i = 0``) has the smallest, :math:`\gamma / (1 + \gamma)`. Chapter 6.
+    the fastest pair (``i = 0``) has the smallest, :math:`\gamma / (1 + \gamma)`. Chapter 7.
 
     Shapes:
         returns ``(d/2,)`` in ``dtype``.
@@ -114,7 +114,7 @@ def apply_xpos(
     on the length, so a decode step (one position) equals the last row of the full pass.
 
     Angles and scales are computed in float32 (float64 for float64 input) and rounded once to ``x``'s
-    dtype. Chapter 6 (arXiv:2212.10554).
+    dtype. Chapter 7 (arXiv:2212.10554).
 
     Shapes:
         x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers >= 0; returns ``(b, h, s, d)``.
