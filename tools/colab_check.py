@@ -419,7 +419,9 @@ def main() -> int:
     print()
     print(text)
     print(f"written to {args.report}")
-    return 0 if all(r.ok for r in results) else 1
+    failed = sum(not r.ok for r in results)
+    print(f"{len(results) - failed} passed, {failed} failed")  # the closing line CI reads
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":
