@@ -121,10 +121,10 @@ class Result:
 
 def snapshot(work: Path) -> Path:
     """A new repository whose one commit has HEAD's files (for a shallow clone of this one)."""
-    folder = work / "snapshot"
+    folder, archive = work / "snapshot", work / "head.tar"
     folder.mkdir()
-    archive = subprocess.run(["git", "-C", ROOT, "archive", "HEAD"], capture_output=True, check=True).stdout
-    subprocess.run(["tar", "-x", "-C", folder], input=archive, check=True)
+    run(["git", "-C", ROOT, "archive", "--output", archive, "HEAD"])
+    run(["tar", "-x", "-f", archive, "-C", folder])
     run(["git", "init", "--quiet", folder])
     run(["git", "-C", folder, "add", "--all"])
     identity = ["-c", "user.name=colab-check", "-c", "user.email=colab-check@localhost"]
