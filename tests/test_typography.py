@@ -2,7 +2,8 @@
 
 Two rules, both checked without building the book:
 
-* A particle or copula ending is written directly after a bold span or a code span: "**위치**다",
+* A particle or copula ending is written directly after a bold span, a code span or an inline formula:
+  "**위치**다", "$d$가", "$L_0$까지를",
   "`posenc.apply_rope`는", "{numref}`...`에서". A space there ("**위치** 다", "`x` 는") is an error.
   A MyST role ({cite:p}`...`, {eq}`...`, {numref}`...`) ends in a code-span backtick and is checked too.
   The word after the span is an error only when the whole Hangul run is a particle or ending from
@@ -37,7 +38,7 @@ PARTICLE_WORDS = """
     은 는 이 가 을 를 의 에 에서 에게 께 한테 와 과 랑 이랑 로 으로 로서 으로서 로써 으로써 도 만 까지 부터 보다
     처럼 마다 만큼 조차 밖에 나 이나 든 이든 든지 이든지 라도 이라도 란 이란
     다 이다 이고 고 이며 며 이라 라 라는 이라는 라고 이라고 인 임 이면 면 이지만 지만 이므로 므로
-    이자 야 이야 였다 이었다 였고 이었고 입니다 이에요 예요 이죠 죠
+    이자 야 이야 였다 이었다 였고 이었고 입니다 이에요 예요 이죠 죠 이어야 라서 이라서 인지 뿐
 """
 PARTICLES = frozenset(PARTICLE_WORDS.split())
 SECONDARY = "는도만의"
@@ -49,6 +50,8 @@ CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.DOTALL)
 BOLD = re.compile(r"\*\*(?=\S)((?:[^*]|\*(?!\*))+?)(?<=\S)\*\*")
 PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]|[^\w\s]")  # ASCII punctuation or any other non-word symbol
 AFTER = re.compile(r"[ \t]*\n?[ \t]*([가-힣]+)")
+# Display math ($$ ... $$, possibly over lines) is matched first so that its dollars never pair with inline ones.
+MATH_SPAN = re.compile(r"(?<![\\$])\$\$.+?\$\$|(?<![\\$])\$(?!\$)[^$\n]+?(?<!\\)\$", re.DOTALL)
 
 
 def prose(text):
@@ -78,7 +81,10 @@ def prose(text):
 
 
 def is_particle(word):
-    return word in PARTICLES or (len(word) > 1 and word[-1] in SECONDARY and word[:-1] in PARTICLES)
+    """A particle or ending, or two of them in a row (에서는, 까지를, 뿐이다): never a word of its own."""
+    if word in PARTICLES:
+        return True
+    return any(word[:cut] in PARTICLES and word[cut:] in PARTICLES for cut in range(1, len(word)))
 
 
 def bold_spans(text):
@@ -89,11 +95,20 @@ def bold_spans(text):
     return [(m.start(), m.end(), m.group(1)) for m in BOLD.finditer("".join(masked))]
 
 
+def math_spans(text):
+    """(start, end) of each inline formula $...$ of a prose() text, with code spans masked (they may hold $)."""
+    masked = list(text)
+    for m in CODE_SPAN.finditer(text):
+        masked[m.start() : m.end()] = "x" * (m.end() - m.start())
+    return [m.span() for m in MATH_SPAN.finditer("".join(masked)) if not m.group().startswith("$$")]
+
+
 def particle_gaps(text):
     """(span start, span end, particle start) for each span followed by a space and then a particle."""
     text = prose(text)
     spans = [m.span() for m in CODE_SPAN.finditer(text)]
     spans += [(start, end) for start, end, content in bold_spans(text) if content[-1] not in ".?!:"]
+    spans += math_spans(text)
     for start, end in sorted(spans):
         after = AFTER.match(text, end)
         if after and after.start(1) > end and is_particle(after.group(1)):
@@ -151,6 +166,9 @@ def test_no_space_before_a_particle_and_no_word_for_an_unseen_source():
         ("`apply_rope`\n로 돌린다.", "`apply_rope`로 돌린다."),
         ("``a ` b`` 으로만 쓴다.", "``a ` b``으로만 쓴다."),
         ("**편향(bias)** 행렬은 **편향(bias)**을 담는다.", "**편향**(bias) 행렬은 **편향**(bias)을 담는다."),
+        ("차원 $d$ 가 짝수다.", "차원 $d$가 짝수다."),
+        ("$\\theta_i$ 와 $m$ 에서는 $n - m$ 뿐이다.", "$\\theta_i$와 $m$에서는 $n - m$뿐이다."),
+        ("$L_0$\n까지를 본다.", "$L_0$까지를 본다."),
     ],
 )
 def test_the_checker_fails_on_planted_errors_and_passes_their_fixes(wrong, right):
@@ -167,7 +185,8 @@ def test_the_checker_fails_on_planted_errors_and_passes_their_fixes(wrong, right
         "**스칼라** 하나를 더한다. `(L, L)` 행렬이다.",  # ordinary words after the spans
         "```\n`x` 는 코드 블록 안\n```",  # a fenced code block is not prose
         "```{exercise}\n:label: x-원문\n\n`x`는 본문\n```",  # a directive's option line is not prose
-        "$p$ 는 수식 뒤의 띄어쓰기로, 이 검사의 대상이 아니다.",
+        "$p$ 근처에서 $d/2$ 개의 쌍이 $L_0$ 안에서 돈다.",  # nouns after a formula keep their space
+        "$$\nx = y\n$$\n\n이 식은 $a$, $b$ 와 무관하다가 아니라 `$x$ 는` 코드다.".replace(" 와", "와"),
     ],
 )
 def test_the_checker_passes_correct_prose(fine):
