@@ -18,7 +18,9 @@ Book: the chapter on today's variants (``book/08_variants.ipynb``).
 * **Interleaved NoPE layers** (Llama 4, "iRoPE"): every ``nope_every``-th layer (layers ``l`` with
   ``(l + 1) % nope_every == 0``; transformers' ``no_rope_layer_interval = 4``) attends without any
   position; the others use RoPE. Llama 4 also multiplies the queries of its NoPE layers by
-  :func:`llama4_attention_scale` and restricts its RoPE layers to chunks of 8192 tokens.
+  :func:`llama4_attention_scale` and restricts its RoPE layers to chunks of 8192 tokens. In the lab model
+  it is the registered scheme ``TinyTransformer(..., position="irope")`` (:class:`InterleavedRoPE`,
+  defined with :func:`irope_layers` in :mod:`posenc.models`).
 * **CoPE** (Golovneva et al., "Contextual Position Encoding", arXiv:2405.18719): a gate
   :math:`g_{mt} = \sigma(e_{mt})` per query and key, the contextual position of key ``n`` seen from query
   ``m`` is :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}`, and the logit gains :math:`q_m^\top u[\nu_{mn}]`,
