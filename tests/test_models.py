@@ -215,6 +215,7 @@ def test_the_model_is_built_on_the_default_device():
         ({"position": "irope", "dim": 12, "num_heads": 4}, ValueError, "irope needs an even head dim"),
         ({"position": "irope", "position_options": {"nope_every": 0}}, ValueError, "nope_every must be >= 1"),
         ({"position": "none", "num_layers": 0}, ValueError, "num_layers must be >= 1"),
+        ({"position": "none", "num_layers": 2**16 + 1}, ValueError, r"num_layers must be <= 2\*\*16, got 65537"),
         ({"position": "none", "seed": 1.5}, TypeError, "seed must be an integer"),
         ({"position": "rope", "position_options": {"bse": 500.0}}, ValueError, r"unknown \['bse'\]"),
         ({"position": "alibi", "position_options": {"slopes": [1.0]}}, ValueError, r"'alibi' may be \(none\)"),

@@ -237,7 +237,7 @@ class RoPE(PositionScheme):
         return self.rotary(q, k, positions)  # 2 x (b, h, s, d)
 
 
-# The most layers irope_layers lays out (it builds one flag per layer): far above any published model.
+# The most layers a lab model or irope_layers builds (one block, one flag each): far above any published model.
 MAX_LAYERS = 2**16
 
 
@@ -371,7 +371,7 @@ class TinyTransformer(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
         self.dim = check_int("dim", dim, minimum=2)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        num_layers = check_int("num_layers", num_layers, minimum=1)
+        num_layers = check_int("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)  # one block each
         seed = check_int("seed", seed)
         if dim % num_heads:
             raise ValueError(f"dim must be divisible by num_heads, got dim={dim}, num_heads={num_heads}")
