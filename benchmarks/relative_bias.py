@@ -1,4 +1,4 @@
-"""Benchmark: T5's relative bias and Shaw et al.'s attention (book chapter 4).
+"""Benchmark: T5's relative bias and Shaw et al.'s attention (book chapter 4, book/04_relative.ipynb).
 
 1. Time to build T5's (h, L, L) relative bias at L = 2048, h = 12, float32, one thread:
    posenc.T5RelativeBias (Toeplitz: buckets for the 2L - 1 distinct distances only) against

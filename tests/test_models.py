@@ -12,9 +12,12 @@ from posenc import (
     TinyTransformer,
     alibi_bias,
     default_device,
+    relative_positions,
+    scaled_dot_product_attention,
     sinusoidal_encoding,
+    t5_relative_bucket,
 )
-from posenc.models import POSITION_SCHEME_CLASSES, ModelShape, PositionScheme
+from posenc.models import POSITION_SCHEME_CLASSES, InterleavedRoPE, ModelShape, PositionScheme
 
 VOCAB, DIM, HEADS, LAYERS = 16, 32, 4, 2
 
@@ -30,7 +33,7 @@ def _tokens(seed, shape=(3, 20)):
 
 
 def test_the_registry_and_the_names_agree():
-    assert POSITION_SCHEMES == ("none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope")
+    assert POSITION_SCHEMES == ("none", "sinusoidal", "learned", "shaw", "t5", "alibi", "rope", "irope")
     assert tuple(POSITION_SCHEME_CLASSES) == POSITION_SCHEMES
     for position in POSITION_SCHEMES:
         assert isinstance(_model(position).scheme, POSITION_SCHEME_CLASSES[position])
@@ -109,6 +112,8 @@ def test_every_scheme_runs_in_half_precision(position, dtype):
         ("t5", {"max_distance": 18}, lambda s: s.relative.max_distance == 18),
         ("rope", {"base": 500.0}, lambda s: s.rotary.base == 500.0),
         ("rope", {"pairing": "interleaved"}, lambda s: s.rotary.pairing == "interleaved"),
+        ("irope", {"nope_every": 1}, lambda s: s.rope_layers == (False, False)),
+        ("irope", {"base": 500.0}, lambda s: s.rotary.base == 500.0),
     ],
 )
 def test_each_scheme_option_is_reachable_and_changes_the_output(position, options, check):
@@ -124,6 +129,8 @@ def test_size_options_bound_the_sequence_length():
         _model("learned", position_options={"max_positions": 24})(tokens)
     with pytest.raises(ValueError, match="max_positions=24"):
         _model("rope", position_options={"max_positions": 24})(tokens)
+    with pytest.raises(ValueError, match="max_positions=24"):
+        _model("irope", position_options={"max_positions": 24})(tokens)
     for position in set(POSITION_SCHEMES) - {"learned"}:  # with default options only the table is bounded (64)
         assert torch.isfinite(_model(position)(tokens)).all()
 
@@ -134,7 +141,9 @@ def test_the_hooks_call_the_package_functions():
     torch.testing.assert_close(_model("alibi").scheme.bias(10, 10), alibi_bias(HEADS, 10, 10))
     t5 = _model("t5").scheme
     assert isinstance(t5.relative, T5RelativeBias) and not t5.relative.bidirectional
-    torch.testing.assert_close(t5.bias(10, 10), t5.relative(10, 10))
+    # T5: B[h, i, j] = phi[bucket(j - i), h], causal buckets, read from the table by hand
+    buckets = t5_relative_bucket(relative_positions(10, 10), bidirectional=False, num_buckets=32, max_distance=128)
+    torch.testing.assert_close(t5.bias(10, 10), t5.relative.weight[buckets].permute(2, 0, 1))
     assert isinstance(_model("rope").scheme.rotary, RotaryEmbedding)
     assert isinstance(_model("learned").scheme.table, LearnedPositionalEmbedding)
     assert not list(_model("none").scheme.parameters()) and not list(_model("alibi").scheme.parameters())
@@ -203,7 +212,10 @@ def test_the_model_is_built_on_the_default_device():
         ({"position": "xpos"}, ValueError, "position must be one of"),
         ({"position": "none", "dim": 30, "num_heads": 4}, ValueError, "dim must be divisible by num_heads"),
         ({"position": "rope", "dim": 12, "num_heads": 4}, ValueError, "rope needs an even head dim"),
+        ({"position": "irope", "dim": 12, "num_heads": 4}, ValueError, "irope needs an even head dim"),
+        ({"position": "irope", "position_options": {"nope_every": 0}}, ValueError, "nope_every must be >= 1"),
         ({"position": "none", "num_layers": 0}, ValueError, "num_layers must be >= 1"),
+        ({"position": "none", "num_layers": 2**16 + 1}, ValueError, r"num_layers must be <= 2\*\*16, got 65537"),
         ({"position": "none", "seed": 1.5}, TypeError, "seed must be an integer"),
         ({"position": "rope", "position_options": {"bse": 500.0}}, ValueError, r"unknown \['bse'\]"),
         ({"position": "alibi", "position_options": {"slopes": [1.0]}}, ValueError, r"'alibi' may be \(none\)"),
@@ -267,8 +279,21 @@ def test_attention_weights_are_causal_distributions_of_every_layer(position):
     torch.testing.assert_close(weights.sum(-1), torch.ones(LAYERS, 2, HEADS, 11))
     above = torch.ones(11, 11, dtype=torch.bool).triu(1)  # keys after the query
     assert (weights[..., above] == 0).all() and (weights >= 0).all()
+
+
+@pytest.mark.parametrize("position", [p for p in POSITION_SCHEMES if p != "shaw"])  # Shaw adds rel_v to A v
+def test_the_attention_weights_are_those_the_forward_pass_uses(position):
+    # One layer written out from the returned weights A: x + proj(A v), then the MLP, the norm and the head.
+    model = TinyTransformer(VOCAB, position=position, dim=DIM, num_heads=HEADS, num_layers=1, device="cpu").eval()
+    tokens = _tokens(3, (2, 9))
+    weights = model.attention_weights(tokens)[0]  # (b, h, s, s)
+    block = model.blocks[0]
     with torch.no_grad():
-        torch.testing.assert_close(model._run(tokens)[0], model(tokens))  # the same forward pass
+        x = model.scheme.embed(model.tokens(tokens), torch.arange(9))  # (b, s, c)
+        v = block.qkv(block.norm1(x)).view(2, 9, 3, HEADS, DIM // HEADS)[:, :, 2].transpose(1, 2)  # (b, h, s, d)
+        x = x + block.proj((weights @ v).transpose(1, 2).reshape(2, 9, DIM))  # (b, s, c)
+        expected = model.head(model.norm(x + block.mlp(block.norm2(x))))  # (b, s, vocab)
+        torch.testing.assert_close(model(tokens), expected)
 
 
 def test_attention_weights_match_the_formula_in_the_first_layer():
@@ -311,8 +336,9 @@ def test_with_rope_scaling_copies_the_model_and_changes_only_the_frequencies():
     assert scaled.scheme.rotary.rope_type == "linear" and scaled.scheme.rotary.base == 100.0
     assert not scaled.training  # the mode is kept
     head_dim = DIM // HEADS
-    expected = RotaryEmbedding(head_dim, max_positions=4096, base=100.0, scaling=scaling).inv_freq
-    assert torch.equal(scaled.scheme.rotary.inv_freq, expected)
+    # Position interpolation (Chen et al., arXiv:2306.15595): theta_i / factor, theta_i = base^(-2i/d)
+    expected = 1.0 / 100.0 ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim) / 4.0
+    torch.testing.assert_close(scaled.scheme.rotary.inv_freq.double(), expected, rtol=1e-6, atol=0)
     # same weights: built with the scaling from the start and given the same seed, it is the same model
     direct = _model("rope", position_options={"base": 100.0, "scaling": scaling}).eval()
     assert torch.allclose(scaled(tokens), direct(tokens))
@@ -336,3 +362,38 @@ def test_with_rope_scaling_refuses_other_models_and_bad_settings():
         with_rope_scaling(_model("rope"), {"rope_type": "stretch"})
     with pytest.raises(ValueError, match="base must be > 1"):
         with_rope_scaling(_model("rope"), base=0.5)
+
+
+# ---- iRoPE: the layer-aware scheme -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("s_q", [1, 3])
+def test_irope_decode_step_equals_the_last_rows_of_the_full_pass_in_every_layer(s_q):
+    scheme = _model("irope", position_options={"nope_every": 2}).scheme  # layers: RoPE, NoPE
+    assert isinstance(scheme, InterleavedRoPE) and scheme.rope_layers == (True, False)
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, HEADS, 10, DIM // HEADS, generator=gen) for _ in range(3))
+    for layer in (0, 1):
+        full, full_weights = scheme.attend(layer, q, k, v, None)
+        step, step_weights = scheme.attend(layer, q[:, :, -s_q:], k, v, None)  # default: the last s_q positions
+        torch.testing.assert_close(step, full[:, :, -s_q:])
+        torch.testing.assert_close(step_weights, full_weights[:, :, -s_q:])
+    # The comparison has teeth: layer 0 rotates (it differs from plain attention), layer 1 does not.
+    plain, _ = scaled_dot_product_attention(q, k, v, causal=True)
+    assert (scheme.attend(0, q, k, v, None)[0] - plain).abs().max() > 1e-3
+    torch.testing.assert_close(scheme.attend(1, q, k, v, None)[0], plain)
+    # ... and the queries of a decode step sit at the last positions: rotated at 0 .. s_q - 1 they differ.
+    rotary = scheme.rotary
+    top_left = rotary(q[:, :, -s_q:], q[:, :, -s_q:], torch.arange(s_q))[0]
+    wrong, _ = scaled_dot_product_attention(top_left, rotary(k, k, torch.arange(10))[0], v, causal=True)
+    assert (wrong - scheme.attend(0, q[:, :, -s_q:], k, v, None)[0]).abs().max() > 1e-3
+
+
+def test_irope_rotates_as_rope_on_its_rope_layers():
+    # With RoPE in every layer (nope_every larger than the depth), iRoPE is the RoPE model, weight for weight.
+    tokens = _tokens(9, (2, 12))
+    every = _model("irope", position_options={"nope_every": LAYERS + 1}).eval()
+    assert every.scheme.rope_layers == (True,) * LAYERS
+    torch.testing.assert_close(every(tokens), _model("rope").eval()(tokens))
+    none = _model("irope", position_options={"nope_every": 1}).eval()
+    torch.testing.assert_close(none(tokens), _model("none").eval()(tokens))

@@ -1,5 +1,8 @@
 """Tests of posenc.plotting: the shared style is opaque, and the heatmap helper validates."""
 
+import subprocess
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -9,7 +12,24 @@ import numpy as np
 import pytest
 import torch
 
+import posenc
 from posenc.plotting import BOOK_STYLE, plot_matrix, use_book_style
+
+
+def test_import_posenc_does_not_import_matplotlib_and_plotting_loads_on_use():
+    script = (
+        "import sys, posenc\n"
+        "assert 'matplotlib' not in sys.modules, 'import posenc imported matplotlib'\n"
+        "style = posenc.use_book_style\n"
+        "assert 'matplotlib' in sys.modules and style is sys.modules['posenc.plotting'].use_book_style\n"
+        "from posenc import use_book_style\n"
+        "assert use_book_style is style and posenc.plotting.plot_matrix\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert posenc.use_book_style is use_book_style and "use_book_style" in dir(posenc)
+    with pytest.raises(AttributeError, match="module 'posenc' has no attribute 'use_book_styles'"):
+        posenc.use_book_styles  # noqa: B018
 
 
 def test_book_style_draws_on_an_opaque_background():

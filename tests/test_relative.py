@@ -13,8 +13,6 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.nn.attention.flex_attention import flex_attention
-from transformers import T5Config
-from transformers.models.t5.modeling_t5 import T5Attention  # test-only dependency
 
 from posenc import (
     T5RelativeBias,
@@ -25,6 +23,12 @@ from posenc import (
     shaw_relative_indices,
     t5_relative_bucket,
 )
+
+
+def _t5():
+    """transformers' T5 module (imported here: without transformers only the comparisons skip)."""
+    return pytest.importorskip("transformers.models.t5.modeling_t5")  # test-only dependency
+
 
 SETTINGS = [
     dict(bidirectional=True, num_buckets=32, max_distance=128),
@@ -86,14 +90,16 @@ def test_property_t5_buckets_equal_the_formula_in_exact_arithmetic(settings_, re
 @given(settings_=bucket_settings(), rel=st.lists(st.integers(-(10**6), 10**6), min_size=1, max_size=40))
 def test_property_t5_buckets_equal_transformers_on_random_tensors(settings_, rel):
     rel = torch.tensor(rel)
-    assert torch.equal(t5_relative_bucket(rel, **settings_), T5Attention._relative_position_bucket(rel, **settings_))
+    assert torch.equal(
+        t5_relative_bucket(rel, **settings_), _t5().T5Attention._relative_position_bucket(rel, **settings_)
+    )
 
 
 @pytest.mark.parametrize("settings_", SETTINGS, ids=str)
 def test_t5_buckets_equal_transformers_for_every_distance(settings_):
     rel = torch.arange(-5000, 5001)
     ours = t5_relative_bucket(rel, **settings_)
-    theirs = T5Attention._relative_position_bucket(rel, **settings_)
+    theirs = _t5().T5Attention._relative_position_bucket(rel, **settings_)
     assert torch.equal(ours, theirs)
     assert ours.dtype == torch.int64
     assert ours.min() >= 0 and ours.max() < settings_["num_buckets"]
@@ -113,7 +119,7 @@ def test_t5_buckets_of_small_integer_dtypes_equal_int64(dtype):
     rel64 = torch.arange(max(info.min, -5000), min(info.max, 5000) + 1)  # every value the dtype holds, up to 5000
     ours = t5_relative_bucket(rel64.to(dtype))
     assert ours.dtype == torch.int64
-    assert torch.equal(ours, T5Attention._relative_position_bucket(rel64))
+    assert torch.equal(ours, _t5().T5Attention._relative_position_bucket(rel64))
 
 
 @pytest.mark.parametrize("settings_", SETTINGS[:4], ids=str)
@@ -133,7 +139,7 @@ def test_t5_buckets_are_monotone_in_distance_and_saturate(settings_):
 
 
 def _t5_pair(bidirectional, num_heads=4):
-    config = T5Config(
+    config = _t5().T5Config(
         num_heads=num_heads,
         relative_attention_num_buckets=32,
         relative_attention_max_distance=128,
@@ -141,7 +147,7 @@ def _t5_pair(bidirectional, num_heads=4):
         d_kv=8,
         is_decoder=not bidirectional,
     )
-    theirs = T5Attention(config, has_relative_attention_bias=True)
+    theirs = _t5().T5Attention(config, has_relative_attention_bias=True)
     ours = T5RelativeBias(num_heads, bidirectional=bidirectional)
     with torch.no_grad():
         ours.weight.copy_(theirs.relative_attention_bias.weight)
@@ -492,7 +498,7 @@ def test_bad_arguments_raise_clear_errors(call, error, pattern):
 
 
 def test_defaults_are_t5s():
-    config = T5Config()
+    config = _t5().T5Config()
     assert (config.relative_attention_num_buckets, config.relative_attention_max_distance) == (32, 128)
     bias = T5RelativeBias(config.num_heads)
     assert (bias.num_buckets, bias.max_distance, bias.bidirectional) == (32, 128, True)

@@ -369,12 +369,14 @@ def test_marker_recall_accuracy_per_position_reads_each_distance():
 
 
 def test_a_model_learns_marker_recall_with_train():
-    model = TinyTransformer(VOCAB, position="rope", dim=32, num_heads=2, num_layers=2, seed=0, device="cpu")
-    before = accuracy_per_position(model, length=12, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
+    # The smallest setting that learns it in every seed tried (0-3: 0.79-0.85 after, 0.11-0.14 before; a
+    # few seconds): two layers (one finds the marker's successor, one reads it), lengths up to 8.
+    model = TinyTransformer(VOCAB, position="rope", dim=16, num_heads=2, num_layers=2, seed=0, device="cpu")
+    before = accuracy_per_position(model, length=8, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
     losses = train(
-        model, steps=300, batch=32, lr=3e-3, min_len=3, max_len=12, vocab_size=VOCAB, seed=0, task="marker_recall"
+        model, steps=150, batch=32, lr=1e-2, min_len=3, max_len=8, vocab_size=VOCAB, seed=0, task="marker_recall"
     )
-    after = accuracy_per_position(model, length=12, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
+    after = accuracy_per_position(model, length=8, vocab_size=VOCAB, seed=5, task="marker_recall").nanmean()
     assert losses[-20:].mean() < 0.5 * losses[:20].mean()
     assert before < 0.3 < 0.6 < after  # chance is 1 / (VOCAB - 1)
 

@@ -175,6 +175,79 @@ def test_cope_decode_step_equals_last_row():
     torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
 
 
+def _cope_reference(q, k, v, table):
+    """CoPE attention from the formula, loops over (m, n) in float64 (arXiv:2405.18719, the paper's code)."""
+    q, k, v, table = (t.double() for t in (q, k, v, table))
+    b, h, s_q, d = q.shape
+    s_k, last = k.shape[2], table.shape[0] - 1
+    out = torch.zeros(b, h, s_q, v.shape[-1], dtype=torch.float64)
+    for m in range(s_q):
+        position = s_k - s_q + m  # the queries are the last s_q positions
+        q_m, keys, values = q[:, :, m : m + 1], k[:, :, : position + 1], v[:, :, : position + 1]
+        content = (q_m @ keys.transpose(-1, -2))[:, :, 0] / math.sqrt(d)  # (b, h, n): n = 0 .. m
+        p = torch.sigmoid(content).flip(-1).cumsum(-1).flip(-1).clamp(max=last)  # sum over t = n .. m
+        z = (q_m @ table.T)[:, :, 0]  # (b, h, P)
+        lo, hi = p.floor().long(), p.ceil().long()
+        logits = content + z.gather(-1, hi) * (p - lo) + z.gather(-1, lo) * (1 - (p - lo))
+        out[:, :, m] = (torch.softmax(logits, -1)[..., None] * values).sum(-2)
+    return out
+
+
+def test_cope_in_bfloat16_stays_close_to_a_float64_reference_at_512_keys():
+    # Computed in bfloat16 throughout, the running sum of 512 gates drifts by about 1 and the output by 3.1
+    # here; in float32 and cast back, the output is the reference rounded to bfloat16 (measured: 0.008).
+    s, d = 512, 16
+    q, k, v = (_x(b=1, h=2, s=s, d=d, seed=seed).to(torch.bfloat16) for seed in (1, 2, 3))
+    table = _x(b=1, h=1, s=600, d=d, seed=4)[0, 0].to(torch.bfloat16)  # P = 600 rows: no clipping
+    expected = _cope_reference(q[:, :, -64:], k, v, table)  # float64 from the same bfloat16 inputs
+    got, weights = cope_attention(q[:, :, -64:], k, v, table)  # the last 64 queries: the longest sums
+    assert got.dtype == weights.dtype == torch.bfloat16
+    assert (got.double() - expected).abs().max() < 0.03  # a few bfloat16 steps (2**-7 near 2)
+    gate = torch.tensor(0.7, dtype=torch.bfloat16)
+    positions = cope_positions(gate.expand(1, 1, s, s))[0, 0, -1]  # the last query: s - n gates summed
+    exact = gate.double() * torch.arange(s, 0, -1, dtype=torch.float64)
+    # one rounding of the float32 sum to bfloat16 (spacing 2 between 256 and 512), not a drift of many
+    assert positions.dtype == torch.bfloat16 and (positions.double() - exact).abs().max() <= 1.0
+
+
+def test_cope_float64_equals_the_reference():
+    q, k, v = _x(b=1, h=2, s=4), _x(b=1, h=2, s=9, seed=1), _x(b=1, h=2, s=9, seed=2)
+    table = _x(b=1, h=1, s=5, d=16, seed=3)[0, 0]  # P = 5: positions clipped at 4
+    torch.testing.assert_close(cope_attention(q, k, v, table)[0], _cope_reference(q, k, v, table))
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (
+            lambda q: cope_attention(q, [[1.0]], q, torch.zeros(4, 16)),
+            TypeError,
+            r"k must be a torch\.Tensor, got list",
+        ),
+        (lambda q: cope_attention(q, q, "v", torch.zeros(4, 16)), TypeError, r"v must be a torch\.Tensor, got str"),
+        (
+            lambda q: cope_attention(q.half(), q.float(), q.float(), torch.zeros(4, 16)),
+            TypeError,
+            r"q, k and v must share one dtype, got q torch\.float16, k torch\.float32, v torch\.float32",
+        ),
+        (
+            lambda q: cope_logits(q.float(), q.half(), torch.zeros(4, 16)),
+            TypeError,
+            r"q and k must share one dtype, got q torch\.float32, k torch\.float16",
+        ),
+        (
+            lambda q: cope_attention(q, q, q[:, :, :3], torch.zeros(4, 16)),
+            ValueError,
+            r"v \(2, 3, 3, 16\) must match k",
+        ),
+        (lambda q: cope_logits(q, q, torch.zeros(4, 16, device="meta")), ValueError, "must be on one device"),
+    ],
+)
+def test_cope_names_the_bad_argument(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call(_x())
+
+
 def test_cope_bad_inputs():
     q = _x()
     with pytest.raises(ValueError, match="pos_emb"):

@@ -8,12 +8,14 @@ slider settings, and written as a small JSON file to ``_static/explorers/<name>.
 the slice of the current settings and draws it: no formula of the book is written in JavaScript, so
 the figure cannot disagree with the package. Nothing comes from a CDN; the figure works offline.
 
-* ``sinusoidal`` (chapter 2): the table ``posenc.sinusoidal_table`` for ``d`` and ``base``.
-* ``rope2d`` (chapter 5): one pair, a query and a key rotated with ``posenc.rope_cos_sin`` and
+* ``sinusoidal`` (chapter 2, ``book/02_sinusoidal.ipynb``): the table ``posenc.sinusoidal_table`` for
+  ``d`` and ``base``.
+* ``rope2d`` (chapter 6, ``book/06_rope.ipynb``): one pair, a query and a key rotated with ``posenc.rope_cos_sin`` and
   ``posenc.rope_rotate`` at positions ``m`` and ``n``, and their dot product.
-* ``t5`` (the relative-position chapter): ``posenc.t5_relative_bucket`` of ``r = n - m``.
-* ``scaling`` (chapter 6): ``posenc.rope_inv_freq`` of each scaling type over the original RoPE
-  frequencies, pair by pair, with the chapter's settings (Llama 3.1: d = 128, base = 500000,
+* ``t5`` (chapter 4, ``book/04_relative.ipynb``): ``posenc.t5_relative_bucket`` of ``r = n - m``; a
+  setting it refuses is explained with ``posenc.t5_exact_zone``.
+* ``scaling`` (chapter 7, ``book/07_beyond.ipynb``): ``posenc.rope_inv_freq`` of each scaling type over
+  the original RoPE frequencies, pair by pair, with the chapter's settings (Llama 3.1: d = 128, base = 500000,
   L_0 = 8192).
 
 The figure shows the numbers it drew in its ``data-values`` attribute and its readout, which the
@@ -53,7 +55,7 @@ T5_NUM_BUCKETS = ("8", "16", "32", "64")
 T5_MAX_DISTANCES = ("32", "64", "128", "256")
 T5_RANGE = 300  # r = -300 .. 300
 
-SCALING_DIM, SCALING_BASE, SCALING_L0 = 128, 500000.0, 8192  # chapter 6's figure (Llama 3.1)
+SCALING_DIM, SCALING_BASE, SCALING_L0 = 128, 500000.0, 8192  # the figure of book/07_beyond.ipynb (Llama 3.1)
 SCALING_ALPHAS = ("2", "4", "8", "16", "32")
 SCALING_METHODS = ("linear", "ntk", "dynamic", "yarn", "llama3")
 
@@ -101,7 +103,9 @@ def sinusoidal_data() -> dict:
     import matplotlib
     import numpy as np
 
-    colormap = matplotlib.colormaps["RdBu_r"](np.linspace(0.0, 1.0, 256))[:, :3]  # chapter 2's colours
+    colormap = matplotlib.colormaps["RdBu_r"](np.linspace(0.0, 1.0, 256))[
+        :, :3
+    ]  # the colours of book/02_sinusoidal.ipynb
     return {
         "positions": SIN_POSITIONS,
         "scale": SIN_SCALE,
@@ -141,11 +145,9 @@ def t5_key(num_buckets: str, max_distance: str, bidirectional: bool) -> str:
 
 def t5_data() -> dict:
     """``posenc.t5_relative_bucket`` of r = -300 .. 300 for every setting; settings it refuses, with why."""
-    import re
-
     import torch
 
-    from posenc import t5_relative_bucket
+    from posenc import t5_exact_zone, t5_relative_bucket
 
     rel = torch.arange(-T5_RANGE, T5_RANGE + 1)
     buckets, refused = {}, {}
@@ -157,13 +159,10 @@ def t5_data() -> dict:
                     values = t5_relative_bucket(
                         rel, bidirectional=bidirectional, num_buckets=int(num_buckets), max_distance=int(max_distance)
                     )
-                except ValueError as exc:
-                    zone = re.search(r"\((\d+) distances", str(exc))  # the exact zone, as posenc reports it
+                except ValueError:
+                    zone = t5_exact_zone(int(num_buckets), bidirectional=bidirectional)  # distances 0 .. zone - 1
                     why = (
-                        f"정확한 영역이 거리 0부터 {int(zone.group(1)) - 1}까지이므로 "
-                        f"<i>D</i><sub>max</sub>는 {zone.group(1)}보다 커야 한다."
-                        if zone
-                        else "<i>D</i><sub>max</sub>가 정확한 영역보다 커야 한다."
+                        f"정확한 영역이 거리 0부터 {zone - 1}까지이므로 <i>D</i><sub>max</sub>는 {zone}보다 커야 한다."
                     )
                     refused[key] = f"posenc가 이 설정을 받지 않는다(ValueError): {why}"
                 else:
@@ -172,14 +171,14 @@ def t5_data() -> dict:
 
 
 def scaling_data() -> dict:
-    """theta'_i / theta_i of each scaling type of chapter 6, for every alpha, and its attention scale."""
+    """theta'_i / theta_i of each scaling type of book/07_beyond.ipynb, for every alpha, and its attention scale."""
     from posenc import rope_inv_freq
 
     d, base, original_len = SCALING_DIM, SCALING_BASE, SCALING_L0
     original, _ = rope_inv_freq(d, base=base)  # (d/2,): RoPE's theta_i
 
     def scaled(method: str, alpha: float):
-        if method == "ntk":  # NTK-aware, as chapter 6 defines it: plain RoPE with a larger base
+        if method == "ntk":  # NTK-aware, as book/07_beyond.ipynb defines it: plain RoPE with a larger base
             return rope_inv_freq(d, base=base * alpha ** (d / (d - 2)))
         common = {"factor": alpha, "original_max_position_embeddings": original_len}
         if method == "linear":

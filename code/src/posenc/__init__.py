@@ -6,14 +6,18 @@ The package behind the book *트랜스포머의 위치 인코딩*. Conventions u
 * a relative position is the key position minus the query position (T5's sign);
 * query ``i`` sits at position ``offset + i``, with ``offset = s_k - s_q`` by default (the queries
   are the last ``s_q`` of ``s_k`` positions): see :mod:`posenc.positions`.
+
+``import posenc`` does not import matplotlib: :mod:`posenc.plotting` (and ``posenc.use_book_style``)
+load on first use.
 """
+
+import importlib
 
 from posenc import tasks
 from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
 from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device, with_rope_scaling
-from posenc.plotting import use_book_style
 from posenc.positions import resolve_offset
 from posenc.profiling import tensor_memory_peak
 from posenc.relative import (
@@ -22,6 +26,7 @@ from posenc.relative import (
     shaw_attention,
     shaw_attention_naive,
     shaw_relative_indices,
+    t5_exact_zone,
     t5_relative_bucket,
 )
 from posenc.rope import (
@@ -72,6 +77,7 @@ __all__ = [
     "sinusoid_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_table",
+    "t5_exact_zone",
     "t5_relative_bucket",
     "tasks",
     "tensor_memory_peak",
@@ -80,3 +86,18 @@ __all__ = [
     "xpos_zeta",
 ]
 __version__ = "1.0.0"
+
+# Loaded on first use, so that `import posenc` stays free of matplotlib (PEP 562).
+_LAZY = {"plotting": ("posenc.plotting", None), "use_book_style": ("posenc.plotting", "use_book_style")}
+
+
+def __getattr__(name: str) -> object:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+    module_name, attribute = _LAZY[name]
+    module = importlib.import_module(module_name)
+    return module if attribute is None else getattr(module, attribute)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -50,13 +50,53 @@ def has_values(tensor: Tensor) -> bool:
     return tensor.numel() > 0 and not tensor.is_meta
 
 
-def check_int(name: str, value: object, *, minimum: int | None = None) -> int:
-    """Return ``value`` as an ``int`` if it is an integer (not a bool) >= ``minimum``, else raise."""
+# Every integer argument of posenc (lengths, positions, offsets, sizes, seeds) stays within
+# [-2**62, 2**62]: it fits torch's int64 with room for the sum or difference of two of them, so no
+# position arithmetic overflows and torch never sees a Python int it cannot convert.
+MAX_INT = 2**62
+
+
+def check_int(name: str, value: object, *, minimum: int | None = None, maximum: int = MAX_INT) -> int:
+    """Return ``value`` as an ``int`` if it is an integer (not a bool) in ``[minimum, maximum]``, else raise.
+
+    ``maximum`` defaults to :data:`MAX_INT` (``2**62``) and ``minimum=None`` means ``-MAX_INT``: an
+    integer as large as ``2**70`` raises a ``ValueError`` naming ``name`` here instead of an
+    ``OverflowError`` from torch (or a hang) further on.
+    """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
+    value = int(value)
     if minimum is not None and value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {_power_of_two(maximum)}, got {value}")
+    if value < -MAX_INT:
+        raise ValueError(f"{name} must be >= -2**62, got {value}")
+    return value
+
+
+def _power_of_two(value: int) -> str:
+    """``2**k`` for a power of two (readable in an error message), else the number."""
+    return f"2**{value.bit_length() - 1}" if value > 1 and value & (value - 1) == 0 else str(value)
+
+
+def check_exact_positions(name: str, positions: Tensor, dtype: torch.dtype) -> Tensor:
+    """Return ``positions`` if each integer in it is exact in ``dtype`` (``|p| <=`` :func:`exact_integer_limit`).
+
+    For functions that turn integer positions into floating-point angles (RoPE, the sinusoidal
+    encoding): past the limit two positions round to one value and share an encoding, a silent
+    wrong answer. A floating-point tensor is returned unchecked (its values are already what they
+    are); signs are left to the caller's own checks.
+    """
+    if positions.is_floating_point() or not has_values(positions):
+        return positions
+    limit, largest = exact_integer_limit(dtype), max(-int(positions.min()), int(positions.max()))
+    if largest > limit:
+        raise ValueError(
+            f"{name} must be <= {_power_of_two(limit)} = {limit} in absolute value to be exact in {dtype}, "
+            f"got {largest}"
+        )
+    return positions
 
 
 def check_bool(name: str, value: object) -> bool:

@@ -13,6 +13,8 @@ position      enters at (hook)       built from (posenc)         position_option
 "t5"          logits (bias, shared)  T5RelativeBias              num_buckets, max_distance              04_relative
 "alibi"       logits (bias, shared)  alibi_bias                  none                                   07_beyond
 "rope"        q and k (rotate)       RotaryEmbedding             base, pairing, max_positions, scaling  06_rope
+"irope"       q and k (attend, per   RotaryEmbedding on the      nope_every, base, max_positions        08_variants
+              layer)                 layers of irope_layers
 ============  =====================  ==========================  =====================================  =============
 
 A scheme's options go in ``position_options``, e.g.
@@ -48,6 +50,7 @@ __all__ = [
     "POSITION_SCHEMES",
     "POSITION_SCHEME_CLASSES",
     "ALiBi",
+    "InterleavedRoPE",
     "LearnedAbsolute",
     "ModelShape",
     "NoPE",
@@ -58,6 +61,7 @@ __all__ = [
     "T5Bias",
     "TinyTransformer",
     "default_device",
+    "irope_layers",
     "with_rope_scaling",
 ]
 
@@ -233,6 +237,54 @@ class RoPE(PositionScheme):
         return self.rotary(q, k, positions)  # 2 x (b, h, s, d)
 
 
+# The most layers a lab model or irope_layers builds (one block, one flag each): far above any published model.
+MAX_LAYERS = 2**16
+
+
+def irope_layers(num_layers: int, *, nope_every: int = 4) -> tuple[bool, ...]:
+    """Which layers use RoPE (True) and which none (False): layer ``l`` is NoPE when ``(l+1) % nope_every == 0``.
+
+    This is transformers' ``Llama4TextConfig.no_rope_layers`` built from ``no_rope_layer_interval``
+    (Llama 4's "iRoPE", ``book/08_variants.ipynb``). ``num_layers`` is at most :data:`MAX_LAYERS`
+    (``2**16``; published models have a few hundred).
+    """
+    num_layers = check_int("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)
+    nope_every = check_int("nope_every", nope_every, minimum=1)
+    return tuple((layer + 1) % nope_every != 0 for layer in range(num_layers))
+
+
+class InterleavedRoPE(PositionScheme):
+    """RoPE in most layers, none in every ``nope_every``-th (Llama 4's iRoPE, ``book/08_variants.ipynb``).
+
+    The layer pattern is :func:`irope_layers`. The rotation happens in ``attend``, the hook that
+    knows its layer: on a RoPE layer it rotates keys at positions ``0 .. s_k - 1`` and queries at the
+    last ``s_q`` of them (:mod:`posenc.positions`; in the model ``s_q = s_k``, so a decode step with
+    ``s_q = 1`` gives the last row of the full pass), on a NoPE layer it attends without position.
+    Llama 4's chunked attention on RoPE layers and its query temperature on NoPE layers
+    (:func:`posenc.variants.llama4_attention_scale`) are left out: at the lab's lengths (far below
+    8192) both change nothing. The scheme holds no parameters: a model built with it has the NoPE
+    model's weights for the same seed.
+    """
+
+    def __init__(self, shape: ModelShape, *, nope_every: int = 4, base: float = 10000.0, max_positions: int = 4096):
+        super().__init__(shape)
+        if shape.head_dim % 2:
+            raise ValueError(f"irope needs an even head dim, got dim // num_heads = {shape.head_dim}")
+        self.rope_layers = irope_layers(shape.num_layers, nope_every=nope_every)
+        self.rotary = RotaryEmbedding(shape.head_dim, max_positions=max_positions, base=base)
+
+    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
+        if self.rope_layers[layer]:
+            s_q, s_k = q.shape[2], k.shape[2]
+            keys = torch.arange(s_k, device=k.device)  # (s_k,): key positions
+            q = self.rotary(q, q, keys[s_k - s_q :])[0]  # (b, h, s_q, d): the last s_q positions
+            k = self.rotary(k, k, keys)[0]  # (b, h, s_k, d)
+        return super().attend(layer, q, k, v, bias)  # (b, h, s_q, d), (b, h, s_q, s_k)
+
+    def extra_repr(self) -> str:
+        return "layers=" + "".join("R" if rope else "N" for rope in self.rope_layers)
+
+
 POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "none": NoPE,
     "sinusoidal": Sinusoidal,
@@ -241,6 +293,7 @@ POSITION_SCHEME_CLASSES: dict[str, type[PositionScheme]] = {
     "t5": T5Bias,
     "alibi": ALiBi,
     "rope": RoPE,
+    "irope": InterleavedRoPE,
 }
 POSITION_SCHEMES = tuple(POSITION_SCHEME_CLASSES)
 
@@ -318,7 +371,7 @@ class TinyTransformer(nn.Module):
         self.vocab_size = check_int("vocab_size", vocab_size, minimum=2)
         self.dim = check_int("dim", dim, minimum=2)
         self.num_heads = check_int("num_heads", num_heads, minimum=1)
-        num_layers = check_int("num_layers", num_layers, minimum=1)
+        num_layers = check_int("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)  # one block each
         seed = check_int("seed", seed)
         if dim % num_heads:
             raise ValueError(f"dim must be divisible by num_heads, got dim={dim}, num_heads={num_heads}")

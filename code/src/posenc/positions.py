@@ -33,13 +33,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc._checks import check_int
+from posenc._checks import MAX_INT, check_int
 
 __all__ = ["causal_mask", "relative_positions", "resolve_offset"]
 
 # Positions and their differences are int64; keeping every position below 2**62 means no
-# difference j - (offset + i) can overflow.
-MAX_POSITION = 2**62
+# difference j - (offset + i) can overflow (the bound of every integer argument of posenc).
+MAX_POSITION = MAX_INT
 
 
 def resolve_offset(q_len: object, k_len: object, offset: object = None) -> int:

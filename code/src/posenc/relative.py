@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from posenc._checks import check_bool, check_int, check_integer_tensor, check_tensor
 from posenc.attention import _check_qkv, _logits_dtype, _masked_softmax
-from posenc.positions import MAX_POSITION, _causal_mask, _relative_positions, relative_positions, resolve_offset
+from posenc.positions import _causal_mask, _relative_positions, relative_positions, resolve_offset
 
 __all__ = [
     "T5RelativeBias",
@@ -30,15 +30,20 @@ __all__ = [
     "shaw_attention",
     "shaw_attention_naive",
     "shaw_relative_indices",
+    "t5_exact_zone",
     "t5_relative_bucket",
 ]
 
 
-def _check_bucket_settings(bidirectional: object, num_buckets: object, max_distance: object) -> tuple[bool, int, int]:
-    """Validate T5 bucket settings; return them."""
+def t5_exact_zone(num_buckets: int, *, bidirectional: bool = True) -> int:
+    """How many distances per direction T5 gives a bucket of their own: ``0 .. N/2 - 1``, ``N/2`` of them.
+
+    ``N`` is the number of buckets per direction (``num_buckets // 2`` when ``bidirectional``, else
+    ``num_buckets``). :func:`t5_relative_bucket` needs ``max_distance`` larger than this zone (the
+    logarithmic zone starts where it ends), so this is the smallest ``max_distance`` it refuses.
+    """
     bidirectional = check_bool("bidirectional", bidirectional)
     num_buckets = check_int("num_buckets", num_buckets, minimum=1)
-    max_distance = check_int("max_distance", max_distance, minimum=1)
     if bidirectional:
         if num_buckets % 2:
             raise ValueError(
@@ -48,20 +53,22 @@ def _check_bucket_settings(bidirectional: object, num_buckets: object, max_dista
             raise ValueError(
                 f"num_buckets must be >= 4 when bidirectional (an exact zone per direction), got {num_buckets}"
             )
-        per_direction = num_buckets // 2
-    else:
-        if num_buckets < 2:
-            raise ValueError(f"num_buckets must be >= 2 when not bidirectional, got {num_buckets}")
-        per_direction = num_buckets
-    max_exact = per_direction // 2
+        return num_buckets // 4
+    if num_buckets < 2:
+        raise ValueError(f"num_buckets must be >= 2 when not bidirectional, got {num_buckets}")
+    return num_buckets // 2
+
+
+def _check_bucket_settings(bidirectional: object, num_buckets: object, max_distance: object) -> tuple[bool, int, int]:
+    """Validate T5 bucket settings; return them."""
+    max_exact = t5_exact_zone(num_buckets, bidirectional=bidirectional)
+    max_distance = check_int("max_distance", max_distance, minimum=1)
     if max_distance <= max_exact:
         raise ValueError(
             f"max_distance must be larger than the exact zone ({max_exact} distances for num_buckets={num_buckets}, "
             f"bidirectional={bidirectional}), got {max_distance}"
         )
-    if max_distance > MAX_POSITION:
-        raise ValueError(f"max_distance must be <= 2**62, got {max_distance}")
-    return bidirectional, num_buckets, max_distance
+    return bidirectional, int(num_buckets), max_distance
 
 
 def _t5_bucket(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -245,8 +252,6 @@ def shaw_relative_indices(q_len: int, k_len: int, max_relative: int, *, offset: 
     """
     offset = resolve_offset(q_len, k_len, offset)
     max_relative = check_int("max_relative", max_relative, minimum=1)
-    if max_relative > MAX_POSITION:
-        raise ValueError(f"max_relative must be <= 2**62, got {max_relative}")
     return _shaw_indices(int(q_len), int(k_len), max_relative, offset, None)
 
 

@@ -18,7 +18,9 @@ Book: the chapter on today's variants (``book/08_variants.ipynb``).
 * **Interleaved NoPE layers** (Llama 4, "iRoPE"): every ``nope_every``-th layer (layers ``l`` with
   ``(l + 1) % nope_every == 0``; transformers' ``no_rope_layer_interval = 4``) attends without any
   position; the others use RoPE. Llama 4 also multiplies the queries of its NoPE layers by
-  :func:`llama4_attention_scale` and restricts its RoPE layers to chunks of 8192 tokens.
+  :func:`llama4_attention_scale` and restricts its RoPE layers to chunks of 8192 tokens. In the lab model
+  it is the registered scheme ``TinyTransformer(..., position="irope")`` (:class:`InterleavedRoPE`,
+  defined with :func:`irope_layers` in :mod:`posenc.models`).
 * **CoPE** (Golovneva et al., "Contextual Position Encoding", arXiv:2405.18719): a gate
   :math:`g_{mt} = \sigma(e_{mt})` per query and key, the contextual position of key ``n`` seen from query
   ``m`` is :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}`, and the logit gains :math:`q_m^\top u[\nu_{mn}]`,
@@ -45,8 +47,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc._checks import check_int, check_real, check_tensor, has_values
-from posenc.models import ModelShape, PositionScheme, TinyTransformer
-from posenc.rope import RotaryEmbedding, rope_cos_sin, rope_rotate
+from posenc.models import InterleavedRoPE, TinyTransformer, irope_layers
+from posenc.rope import rope_cos_sin, rope_rotate
 
 __all__ = [
     "FIREBias",
@@ -102,16 +104,8 @@ def apply_p_rope(x: Tensor, positions: Tensor, *, p: float, base: float = 10000.
 
 
 # ---- Interleaved NoPE layers (Llama 4) --------------------------------------------------------------
-
-
-def irope_layers(num_layers: int, *, nope_every: int = 4) -> tuple[bool, ...]:
-    """Which layers use RoPE (True) and which none (False): layer ``l`` is NoPE when ``(l+1) % nope_every == 0``.
-
-    This is transformers' ``Llama4TextConfig.no_rope_layers`` built from ``no_rope_layer_interval``.
-    """
-    num_layers = check_int("num_layers", num_layers, minimum=1)
-    nope_every = check_int("nope_every", nope_every, minimum=1)
-    return tuple((layer + 1) % nope_every != 0 for layer in range(num_layers))
+# The layer pattern (irope_layers) and the lab scheme (InterleavedRoPE, position="irope") live in
+# posenc.models, where the scheme is registered; they are re-exported here.
 
 
 def llama4_attention_scale(positions: Tensor, *, floor_scale: int = 8192, attn_scale: float = 0.1) -> Tensor:
@@ -134,48 +128,20 @@ def llama4_attention_scale(positions: Tensor, *, floor_scale: int = 8192, attn_s
     return torch.log1p(torch.floor((positions.float() + 1.0) / floor_scale)) * attn_scale + 1.0
 
 
-class InterleavedRoPE(PositionScheme):
-    """A lab position scheme: RoPE in most layers, none in every ``nope_every``-th (Llama 4's iRoPE).
-
-    The model's ``rotate`` hook does not know the layer, so the rotation happens in ``attend``, which
-    does; the positions are the model's, ``0 .. s-1``. Chunked attention and the temperature of the
-    NoPE layers are left out: at the lab's lengths (far below 8192) both change nothing.
-    """
-
-    def __init__(self, shape: ModelShape, *, nope_every: int = 4, base: float = 10000.0, max_positions: int = 4096):
-        super().__init__(shape)
-        if shape.head_dim % 2:
-            raise ValueError(f"rope needs an even head dim, got dim // num_heads = {shape.head_dim}")
-        self.rope_layers = irope_layers(shape.num_layers, nope_every=nope_every)
-        self.rotary = RotaryEmbedding(shape.head_dim, max_positions=max_positions, base=base)
-
-    def attend(self, layer: int, q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None) -> tuple[Tensor, Tensor]:
-        if self.rope_layers[layer]:
-            positions = torch.arange(q.shape[2], device=q.device)  # (s,)
-            q, k = self.rotary(q, k, positions)  # 2 x (b, h, s, d)
-        return super().attend(layer, q, k, v, bias)  # (b, h, s, d), (b, h, s, s)
-
-    def extra_repr(self) -> str:
-        return "layers=" + "".join("R" if rope else "N" for rope in self.rope_layers)
-
-
 def irope_transformer(
     vocab_size: int, *, nope_every: int = 4, base: float = 10000.0, max_positions: int = 4096, **model_options
 ) -> TinyTransformer:
-    """A :class:`posenc.models.TinyTransformer` whose scheme is :class:`InterleavedRoPE`.
+    """``TinyTransformer(vocab_size, position="irope", ...)``: the lab model with Llama 4's iRoPE layers.
 
-    Built as the NoPE model (the scheme holds no parameters, so the weights are the same for a given
-    ``seed``) with the scheme replaced; ``model.position`` is ``"irope"``. ``model_options`` are
-    TinyTransformer's (``dim``, ``num_heads``, ``num_layers``, ``seed``, ``device``).
+    A shorthand for the registered scheme :class:`posenc.models.InterleavedRoPE`; ``nope_every``,
+    ``base`` and ``max_positions`` are its ``position_options``, ``model_options`` are
+    TinyTransformer's (``dim``, ``num_heads``, ``num_layers``, ``seed``, ``device``). The scheme holds
+    no parameters, so the weights are the NoPE model's for the same ``seed``.
     """
     if "position" in model_options or "position_options" in model_options:
         raise ValueError("irope_transformer sets the position scheme itself; do not pass position or position_options")
-    model = TinyTransformer(vocab_size, position="none", **model_options)
-    shape = ModelShape(model.dim, model.num_heads, len(model.blocks))
-    scheme = InterleavedRoPE(shape, nope_every=nope_every, base=base, max_positions=max_positions)
-    model.scheme = scheme.to(model.head.weight.device)
-    model.position = "irope"
-    return model
+    options = {"nope_every": nope_every, "base": base, "max_positions": max_positions}
+    return TinyTransformer(vocab_size, position="irope", position_options=options, **model_options)
 
 
 # ---- CoPE -----------------------------------------------------------------------------------------
@@ -186,6 +152,15 @@ def _causal_keep(s_q: int, s_k: int, device: torch.device) -> Tensor:
     return torch.ones(s_q, s_k, dtype=torch.bool, device=device).tril(s_k - s_q)  # (s_q, s_k)
 
 
+def _work_dtype(dtype: torch.dtype) -> torch.dtype:
+    """CoPE's compute dtype: ``promote_types(dtype, float32)``, as :func:`posenc.scaled_dot_product_attention`.
+
+    A running sum of up to ``s`` gates in bfloat16 (8 significant bits) drifts by about 1 at
+    ``s = 512``, and each step of drift moves the position across a row of the table.
+    """
+    return torch.promote_types(dtype, torch.float32)
+
+
 def cope_positions(gates: Tensor) -> Tensor:
     r"""Contextual positions :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}` for causal attention (arXiv:2405.18719).
 
@@ -193,6 +168,9 @@ def cope_positions(gates: Tensor) -> Tensor:
     of the full pass). Gates of keys after the query are ignored; there ``p`` is 0 (the mask removes
     those keys anyway). With gates 1 on the tokens of one kind and 0 elsewhere, :math:`\nu_{mn}` counts
     the tokens of that kind in positions ``n .. m``.
+
+    Precision: the sum is taken in ``promote_types(gates.dtype, float32)`` and returned in the gates'
+    dtype (a bfloat16 running sum would drift by about 1 over 512 keys).
 
     Shapes:
         gates ``(b, h, s_q, s_k)`` in [0, 1]; returns ``(b, h, s_q, s_k)``.
@@ -203,18 +181,49 @@ def cope_positions(gates: Tensor) -> Tensor:
         raise ValueError(f"gates must have s_q <= s_k (queries are the last s_q keys), got {s_q} > {s_k}")
     if has_values(gates) and not bool(((gates >= 0) & (gates <= 1)).all()):
         raise ValueError("gates must lie in [0, 1]")
+    return _cope_positions(gates.to(_work_dtype(gates.dtype))).to(gates.dtype)
+
+
+def _cope_positions(gates: Tensor) -> Tensor:
+    # The sum over t >= n, in the gates' own dtype (callers pass float32 or float64).
+    s_q, s_k = gates.shape[-2:]
     g = gates * _causal_keep(s_q, s_k, gates.device)  # (b, h, s_q, s_k): 0 after the query
     return g.flip(-1).cumsum(-1).flip(-1)  # (b, h, s_q, s_k): sum over t >= n
 
 
-def _check_qk_table(q: object, k: object, pos_emb: object) -> None:
+def _check_cope_inputs(q: object, k: object, pos_emb: object, v: object = None) -> None:
     check_tensor("q", q, ndim=4, floating=True)
     check_tensor("k", k, ndim=4, floating=True)
+    if v is not None:
+        check_tensor("v", v, ndim=4, floating=True)
     check_tensor("pos_emb", pos_emb, ndim=2, floating=True)
+    named = [("q", q), ("k", k)] + ([("v", v)] if v is not None else [])
+    if len({t.dtype for _, t in named}) > 1:
+        names = ", ".join(n for n, _ in named[:-1]) + " and " + named[-1][0]
+        raise TypeError(f"{names} must share one dtype, got " + ", ".join(f"{n} {t.dtype}" for n, t in named))
+    placed = [*named, ("pos_emb", pos_emb)]
+    if len({t.device for _, t in placed}) > 1:
+        names = ", ".join(n for n, _ in placed[:-1]) + " and pos_emb"
+        raise ValueError(f"{names} must be on one device, got " + ", ".join(f"{n} {t.device}" for n, t in placed))
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1] or q.shape[2] > k.shape[2]:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must share b, h, d, with s_q <= s_k")
+    if v is not None and v.shape[:3] != k.shape[:3]:
+        raise ValueError(f"v {tuple(v.shape)} must match k {tuple(k.shape)} in b, h, s_k")
     if pos_emb.shape[-1] != q.shape[-1] or pos_emb.shape[0] < 2:
         raise ValueError(f"pos_emb must be (P, d) with P >= 2 and d = {q.shape[-1]}, got {tuple(pos_emb.shape)}")
+
+
+def _cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
+    # CoPE's logits in q's dtype (callers pass float32 or float64 tensors of one dtype).
+    s_q, s_k, d = q.shape[2], k.shape[2], q.shape[-1]
+    keep = _causal_keep(s_q, s_k, q.device)  # (s_q, s_k)
+    content = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (b, h, s_q, s_k)
+    p = _cope_positions(torch.sigmoid(content) * keep).clamp(max=pos_emb.shape[0] - 1)  # (b, h, s_q, s_k)
+    z = q @ pos_emb.T  # (b, h, s_q, P): q_m . u_j
+    lower, upper = p.floor().long(), p.ceil().long()
+    w = p - lower  # (b, h, s_q, s_k)
+    position = z.gather(-1, upper) * w + z.gather(-1, lower) * (1 - w)  # (b, h, s_q, s_k)
+    return (content + position).masked_fill(~keep, float("-inf"))
 
 
 def cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
@@ -225,33 +234,32 @@ def cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
     by linear interpolation, :math:`z_m(\nu) = (\nu - \lfloor \nu \rfloor) z_m[\lceil \nu \rceil]
     + (1 - \nu + \lfloor \nu \rfloor) z_m[\lfloor \nu \rfloor]`.
 
+    Precision: as :func:`posenc.scaled_dot_product_attention`, everything is computed in
+    ``promote_types(q.dtype, float32)`` and the logits are returned in ``q``'s dtype; ``q`` and
+    ``k`` must share one dtype, ``pos_emb`` (a learned table, often float32) may differ.
+
     Shapes:
         q ``(b, h, s_q, d)``, k ``(b, h, s_k, d)``, pos_emb ``(P, d)``; returns ``(b, h, s_q, s_k)``.
     """
-    _check_qk_table(q, k, pos_emb)
-    s_q, s_k, d = q.shape[2], k.shape[2], q.shape[-1]
-    keep = _causal_keep(s_q, s_k, q.device)  # (s_q, s_k)
-    content = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (b, h, s_q, s_k)
-    p = cope_positions(torch.sigmoid(content) * keep).clamp(max=pos_emb.shape[0] - 1)  # (b, h, s_q, s_k)
-    z = q @ pos_emb.to(q.dtype).T  # (b, h, s_q, P): q_m . u_j
-    lower, upper = p.floor().long(), p.ceil().long()
-    w = p - lower  # (b, h, s_q, s_k)
-    position = z.gather(-1, upper) * w + z.gather(-1, lower) * (1 - w)  # (b, h, s_q, s_k)
-    return (content + position).masked_fill(~keep, float("-inf"))
+    _check_cope_inputs(q, k, pos_emb)
+    work = _work_dtype(q.dtype)
+    return _cope_logits(q.to(work), k.to(work), pos_emb.to(work)).to(q.dtype)
 
 
 def cope_attention(q: Tensor, k: Tensor, v: Tensor, pos_emb: Tensor) -> tuple[Tensor, Tensor]:
     """Causal attention with CoPE's logits (:func:`cope_logits`): output and weights.
 
+    Precision: logits, softmax and the weighted sum are computed in ``promote_types(q.dtype,
+    float32)``; output and weights are returned in ``q``'s dtype, which ``k`` and ``v`` share.
+
     Shapes:
         q ``(b, h, s_q, d)``, k, v ``(b, h, s_k, d)``, pos_emb ``(P, d)``; returns ``(b, h, s_q, d)``
         and ``(b, h, s_q, s_k)``.
     """
-    check_tensor("v", v, ndim=4, floating=True)
-    if v.shape[:3] != k.shape[:3]:
-        raise ValueError(f"v {tuple(v.shape)} must match k {tuple(k.shape)} in b, h, s_k")
-    weights = torch.softmax(cope_logits(q, k, pos_emb), dim=-1)  # (b, h, s_q, s_k)
-    return weights @ v, weights  # (b, h, s_q, d), (b, h, s_q, s_k)
+    _check_cope_inputs(q, k, pos_emb, v)
+    work = _work_dtype(q.dtype)
+    weights = torch.softmax(_cope_logits(q.to(work), k.to(work), pos_emb.to(work)), dim=-1)  # (b, h, s_q, s_k)
+    return (weights @ v.to(work)).to(q.dtype), weights.to(q.dtype)  # (b, h, s_q, d), (b, h, s_q, s_k)
 
 
 # ---- FIRE -------------------------------------------------------------------------------------------
