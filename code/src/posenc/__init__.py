@@ -34,8 +34,21 @@ from posenc.rope import (
     rope_rotate,
     rope_rotate_reference,
 )
-from posenc.rope_scaling import ROPE_SCALINGS, RopeSettings, rope_settings
-from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc.rope_scaling import (
+    ROPE_SCALINGS,
+    Default,
+    DynamicNTK,
+    Linear,
+    Llama3,
+    LongRope,
+    Proportional,
+    RopeScaling,
+    RopeSettings,
+    Yarn,
+    rope_settings,
+    rope_spec,
+)
+from posenc.sinusoidal import frequencies, shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
@@ -46,17 +59,26 @@ __all__ = [
     "ROPE_SCALINGS",
     "ROPE_TYPES",
     "XPOS_ROLES",
+    "Default",
+    "DynamicNTK",
     "LearnedPositionalEmbedding",
+    "Linear",
+    "Llama3",
+    "LongRope",
+    "Proportional",
+    "RopeScaling",
     "RopeSettings",
     "RotaryEmbedding",
     "T5RelativeBias",
     "TinyTransformer",
+    "Yarn",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
     "apply_xpos",
     "causal_mask",
     "default_device",
+    "frequencies",
     "relative_positions",
     "resolve_offset",
     "rope_cos_sin",
@@ -64,6 +86,7 @@ __all__ = [
     "rope_rotate",
     "rope_rotate_reference",
     "rope_settings",
+    "rope_spec",
     "scaled_dot_product_attention",
     "shaw_attention",
     "shaw_attention_naive",
