@@ -221,7 +221,7 @@ def compiled_rope():
 
 @pytest.mark.parametrize("pairing", ["half", "interleaved"])
 def test_compiled_module_equals_the_eager_formula_with_a_full_graph(compiled_rope, pairing):
-    # RotaryEmbedding compiles rope_qk with fullgraph=True: a graph break would raise here instead of running.
+    # RotaryEmbedding compiles cos_sin and rotate with fullgraph=True: a graph break would raise here, not run.
     q, k = _qk(s=64)
     positions = torch.arange(1000, 1064)
     compiled = compiled_rope[pairing]

@@ -35,7 +35,7 @@ The rotation is written once, as the formula reads (:func:`rotate`): for ``"half
 faster than transformers' ``x cos + rotate_half(x) sin`` (fewer full-size temporaries), and
 ``RotaryEmbedding(..., compile=True)`` compiles it with ``torch.compile`` into one pass over q
 and k (``benchmarks/rope.py`` and the measurements page record the ratios). Kernels
-(:func:`cos_sin`, :func:`rotate`, :func:`rope_qk`) are public and unchecked, like
+(:func:`cos_sin`, :func:`rotate`) are public and unchecked, like
 ``torch.nn.functional`` beneath ``torch.nn``; the entry points (:func:`apply_rope`,
 :func:`rope_rotate`, :func:`rope_cos_sin`, :func:`rope_inv_freq`, :class:`RotaryEmbedding`)
 validate once.
@@ -77,7 +77,6 @@ __all__ = [
     "cos_sin",
     "rope_cos_sin",
     "rope_inv_freq",
-    "rope_qk",
     "rope_rotate",
     "rope_rotate_reference",
     "rotate",
@@ -275,21 +274,6 @@ def _seq_len(positions: Tensor) -> int | None:
     return int(positions.max()) + 1 if has_values(positions) else None
 
 
-def rope_qk(
-    q: Tensor, k: Tensor, positions: Tensor, inv_freq: Tensor, scale: float, pairing: str
-) -> tuple[Tensor, Tensor]:
-    """Kernel (unchecked): cos and sin of ``positions * inv_freq`` (once), then :func:`rotate` of q and k.
-
-    What :class:`RotaryEmbedding` runs, eager or compiled (``compile=True``). Chapter 6.
-
-    Shapes:
-        q ``(b, h_q, s, d)``, k ``(b, h_k, s, d)``, positions ``(s,)`` or ``(b, s)``, inv_freq ``(r/2,)``;
-        returns q and k rotated.
-    """
-    cos, sin = cos_sin(positions, inv_freq, scale, q.dtype)  # (s, r/2) or (b, s, r/2)
-    return rotate(q, cos, sin, pairing), rotate(k, cos, sin, pairing)
-
-
 def apply_rope(
     x: Tensor,
     positions: Tensor,
@@ -320,13 +304,13 @@ def apply_rope(
 
 @functools.cache
 def compiler_works() -> bool:
-    """Whether ``torch.compile`` can build and run :func:`rope_qk` here (tried once per process, on the CPU)."""
+    """Whether ``torch.compile`` can build and run :func:`cos_sin` and :func:`rotate` here (tried once, on the CPU)."""
     if not hasattr(torch, "compile"):
         return False
     try:
-        compiled = torch.compile(rope_qk, fullgraph=True)
         x = torch.ones(1, 1, 2, 4)
-        compiled(x, x, torch.arange(2), torch.ones(2), 1.0, "half")
+        cos, sin = torch.compile(cos_sin, fullgraph=True)(torch.arange(2), torch.ones(2), 1.0, x.dtype)
+        torch.compile(rotate, fullgraph=True)(x, cos, sin, "half")
     except Exception:
         return False
     return True
@@ -336,15 +320,16 @@ class RotaryEmbedding(nn.Module):
     """RoPE as a module: the validated spec and the float32 ``inv_freq`` are built once, in ``__init__``.
 
     ``forward(q, k, positions)`` computes cos and sin of ``positions * inv_freq`` in float32 (as
-    transformers does; float64 for float64 input) and rotates both with :func:`rotate`, the formula
-    (:func:`rope_qk`). One code path serves every dtype and every ``rope_type``: for the
+    transformers does; float64 for float64 input), once for both, and rotates both with
+    :func:`rotate`, the formula. One code path serves every dtype and every ``rope_type``: for the
     length-dependent types (``dynamic``, ``longrope``) the frequencies of the length
     ``max(positions) + 1`` are computed in the call, without storing anything. ``forward`` changes no
     state, so a decode step (one query and key at position ``n - 1``) equals the last row of the
     full pass.
 
-    ``compile=True`` runs :func:`rope_qk` through ``torch.compile(fullgraph=True)``: one fused pass
-    over q and k, several times faster on a CPU (``benchmarks/rope.py``). Where no compiler works
+    ``compile=True`` runs :func:`cos_sin` and :func:`rotate` through ``torch.compile(fullgraph=True)``,
+    separately (so that the angles' cos and sin are computed once, not once per head): one fused pass
+    over q and one over k, several times faster on a CPU (``benchmarks/rope.py``). Where no compiler works
     (:func:`compiler_works`), the module says so once (a ``UserWarning``) and runs eager. The
     compiled cos/sin may differ from the eager ones by an ulp.
 
@@ -382,7 +367,8 @@ class RotaryEmbedding(nn.Module):
                 "failed on a test input); running the eager formula instead",
                 stacklevel=2,
             )
-        self._kernel = torch.compile(rope_qk, fullgraph=True) if self.compiled else rope_qk
+        self._cos_sin = torch.compile(cos_sin, fullgraph=True) if self.compiled else cos_sin
+        self._rotate = torch.compile(rotate, fullgraph=True) if self.compiled else rotate
         self.register_buffer("inv_freq", self.scaling.inv_freq(self.head_dim, self.base), persistent=False)
 
     @classmethod
@@ -443,7 +429,8 @@ class RotaryEmbedding(nn.Module):
             seq_len = _seq_len(positions)
             inv_freq = self.scaling.inv_freq(self.head_dim, self.base, seq_len).to(q.device)
             scale = self.scaling.attention_scale(seq_len)
-        return self._kernel(q, k, positions, inv_freq, scale, self.pairing)
+        cos, sin = self._cos_sin(positions, inv_freq, scale, q.dtype)  # (s, r/2) or (b, s, r/2), once for q and k
+        return self._rotate(q, cos, sin, self.pairing), self._rotate(k, cos, sin, self.pairing)
 
     def extra_repr(self) -> str:
         return (
