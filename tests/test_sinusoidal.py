@@ -145,6 +145,7 @@ def test_agrees_with_hugging_face_xlm_and_distilbert():
 
 def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_base():
     # fairseq / tensor2tensor style: [all sines | all cosines], omega_i = 10000^(-i/(d/2 - 1)).
+    pytest.importorskip("transformers")
     from transformers.models.m2m_100 import modeling_m2m_100 as m2m
 
     n, d = 64, 32
