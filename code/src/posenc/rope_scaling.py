@@ -115,6 +115,8 @@ class RopeScaling:
 
     rope_type: ClassVar[str] = "default"
     length_dependent: ClassVar[bool] = False  #: frequencies or attention factor depend on ``seq_len``
+    #: transformers reads L_0 of this type from the config's top-level max_position_embeddings (dynamic NTK)
+    original_is_max_position: ClassVar[bool] = False
     partial_rotary_factor: float = 1.0
 
     def __post_init__(self) -> None:
@@ -245,6 +247,7 @@ class DynamicNTK(RopeScaling):
 
     rope_type: ClassVar[str] = "dynamic"
     length_dependent: ClassVar[bool] = True
+    original_is_max_position: ClassVar[bool] = True
     factor: float | None = None
     original_max_position_embeddings: int | None = None
 
@@ -721,7 +724,7 @@ def rope_settings(config: object, layer_type: str | None = None) -> RopeSettings
     spec_class = _spec_class(params)
     fields = {field.name for field in dataclasses.fields(spec_class)}
     max_pos, original = _get(config, "max_position_embeddings"), _get(config, "original_max_position_embeddings")
-    if spec_class is DynamicNTK and max_pos is not None:
+    if spec_class.original_is_max_position and max_pos is not None:
         params["original_max_position_embeddings"] = max_pos  # transformers' dynamic NTK reads only this one
     elif "original_max_position_embeddings" in fields and original is not None:
         params["original_max_position_embeddings"] = original  # transformers: the top-level value wins
