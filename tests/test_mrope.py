@@ -1,11 +1,19 @@
-"""Tests of posenc.mrope: M-RoPE against transformers' Qwen2-VL, text tokens reduce to 1D RoPE, each
-axis relative on its own (2D RoPE and M-RoPE), a decode step equals the last row, and clear errors."""
+"""Tests of posenc.mrope: M-RoPE against transformers' Qwen2-VL (sectioned) and Qwen3-VL (interleaved),
+text tokens reduce to 1D RoPE, each axis relative on its own (2D RoPE and M-RoPE), a decode step equals
+the last row, the exact-position limit of each dtype, and clear errors."""
 
 import pytest
 import torch
 
-from posenc import apply_rope
-from posenc.mrope import QWEN2VL_MROPE_SECTION, apply_mrope, apply_rope_2d, mrope_cos_sin
+from posenc import Linear, apply_rope
+from posenc.mrope import (
+    QWEN2VL_MROPE_SECTION,
+    QWEN3VL_MROPE_SECTION,
+    apply_mrope,
+    apply_rope_2d,
+    mrope_axes,
+    mrope_cos_sin,
+)
 
 SECTIONS = (2, 3, 3)  # 8 pairs, head dim 16
 
@@ -110,9 +118,73 @@ def test_matches_transformers_qwen2_vl():
     torch.testing.assert_close(apply_mrope(k, pos, sections=SECTIONS), k_ref, rtol=1e-6, atol=1e-6)
 
 
+def test_interleaved_layout_is_qwen3_vls_axis_map():
+    axes = mrope_axes(QWEN3VL_MROPE_SECTION, "interleaved").tolist()
+    assert len(axes) == 64 and axes[:6] == [0, 1, 2, 0, 1, 2] and axes[60:] == [0, 0, 0, 0]
+    assert [axes.count(a) for a in range(3)] == [24, 20, 20]  # mrope_section counts pairs per axis
+    assert mrope_axes(QWEN2VL_MROPE_SECTION).tolist() == [0] * 16 + [1] * 24 + [2] * 24
+
+
+@pytest.mark.parametrize("layout", ["sectioned", "interleaved"])
+def test_text_tokens_reduce_to_1d_rope_in_both_layouts(layout):
+    x, pos = _x(d=128, s=4), torch.tensor([0, 7, 300, 9000])
+    out = apply_mrope(x, torch.stack((pos,) * 3), sections=QWEN3VL_MROPE_SECTION, layout=layout, base=5e6)
+    assert torch.equal(out, apply_rope(x, pos, base=5e6))
+
+
+def test_matches_transformers_qwen3_vl_interleaved():
+    qwen3 = pytest.importorskip("transformers.models.qwen3_vl.modeling_qwen3_vl")
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+
+    d, heads = 128, 2  # Qwen3-VL's head dim, mrope_section [24, 20, 20], rope_theta 5e6
+    config = Qwen3VLTextConfig(
+        hidden_size=d * heads,
+        num_attention_heads=heads,
+        head_dim=d,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 5000000.0,
+            "mrope_section": list(QWEN3VL_MROPE_SECTION),
+            "mrope_interleaved": True,
+        },
+    )
+    rotary = qwen3.Qwen3VLTextRotaryEmbedding(config)
+    q, k = _x(b=1, h=heads, d=d, dtype=torch.float32), _x(b=1, h=heads, d=d, dtype=torch.float32, seed=4)
+    pos = _grid_positions()[:, None]  # (3, b, s): distinct t, h, w
+    cos, sin = rotary(q, pos)
+    q_ref, k_ref = qwen3.apply_rotary_pos_emb(q, k, cos, sin)
+    for x, ref in ((q, q_ref), (k, k_ref)):
+        ours = apply_mrope(x, pos, sections=QWEN3VL_MROPE_SECTION, base=5e6, layout="interleaved")
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6)
+        sectioned = apply_mrope(x, pos, sections=QWEN3VL_MROPE_SECTION, base=5e6)
+        assert not torch.allclose(sectioned, ref, atol=1e-3)  # the layout matters
+
+
+def test_exact_position_limit_follows_the_dtype():
+    x64, x32 = _x(s=1), _x(s=1, dtype=torch.float32)
+    far = torch.full((3, 1), 2**24 + 1)  # exact in float64 angles, not in float32 ones
+    out = apply_mrope(x64, far, sections=SECTIONS)
+    assert torch.equal(out, apply_rope(x64, far[0]))
+    with pytest.raises(ValueError, match=r"2\*\*24 = 16777216 to be exact in torch.float32"):
+        apply_mrope(x32, far, sections=SECTIONS)
+    with pytest.raises(ValueError, match=r"2\*\*53 = .* to be exact in torch.float64"):
+        apply_mrope(x64, torch.full((3, 1), 2**53 + 1), sections=SECTIONS)
+
+
+def test_takes_a_rope_scaling_spec():
+    x, pos = _x(), torch.arange(5, 15)
+    same = torch.stack((pos, pos, pos))
+    spec = Linear(factor=4.0)
+    assert torch.equal(apply_mrope(x, same, sections=SECTIONS, scaling=spec), apply_rope(x, pos, scaling=spec))
+    with pytest.raises(ValueError, match="M-RoPE rotates the whole head"):
+        apply_mrope(x, same, sections=SECTIONS, scaling={"rope_type": "default", "partial_rotary_factor": 0.5})
+
+
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
+        ({"layout": "zigzag"}, ValueError, "layout must be one of"),
+        ({"layout": "interleaved", "sections": (4, 4)}, ValueError, "three axes"),
         ({"sections": (2, 3)}, ValueError, "add up"),
         ({"sections": (2, 3, 3, 0)}, ValueError, "sections"),
         ({"sections": "233"}, TypeError, "sections"),

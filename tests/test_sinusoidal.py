@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc import frequencies, shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 
 
 def reference_table(n, d, base=10000.0):
@@ -51,6 +51,17 @@ def test_float32_agrees_with_float64_reference_up_to_10000_positions():
     omega32 = sinusoid_frequencies(64).float()
     naive = torch.sin(torch.arange(10000, dtype=torch.float32)[:, None] * omega32)
     assert (naive.double() - reference[:, 0::2]).abs().max() > 1e-4
+
+
+def test_the_public_kernel_is_the_checked_functions_formula():
+    # posenc.frequencies (unchecked, float32 by default) is the one home of theta_i; sinusoid_frequencies checks.
+    for d, base in ((8, 10000.0), (128, 500000.0)):
+        i = torch.arange(d // 2, dtype=torch.float64)
+        torch.testing.assert_close(frequencies(d, base, torch.float64), base ** (-2 * i / d), rtol=1e-15, atol=0)
+        assert torch.equal(frequencies(d, base, torch.float64), sinusoid_frequencies(d, base=base))
+        assert frequencies(d, base).dtype == torch.float32
+    divided = frequencies(8, 10000.0, divided_by=torch.tensor([1.0, 2.0, 4.0, 8.0]))
+    torch.testing.assert_close(divided, frequencies(8, 10000.0) / torch.tensor([1.0, 2.0, 4.0, 8.0]))
 
 
 def test_frequencies_form_a_geometric_progression():
@@ -121,6 +132,7 @@ def test_encoding_accepts_any_shape_and_far_positions():
 
 
 def test_agrees_with_hugging_face_xlm_and_distilbert():
+    pytest.importorskip("transformers")
     from transformers.models.distilbert import modeling_distilbert as distilbert
     from transformers.models.xlm import modeling_xlm as xlm
 
@@ -133,6 +145,7 @@ def test_agrees_with_hugging_face_xlm_and_distilbert():
 
 def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_base():
     # fairseq / tensor2tensor style: [all sines | all cosines], omega_i = 10000^(-i/(d/2 - 1)).
+    pytest.importorskip("transformers")
     from transformers.models.m2m_100 import modeling_m2m_100 as m2m
 
     n, d = 64, 32

@@ -214,6 +214,18 @@ def test_out_of_range_positions_raise_and_center_brings_them_back():
     assert torch.isfinite(apply_xpos(x.double(), torch.tensor([0, 40000]), role="query")).all()
 
 
+def test_takes_a_rope_scaling_spec():
+    # xPos rotates by the spec's frequencies and scale; with Linear(4) that is positions / 4 at the center
+    from posenc import Linear
+
+    x = torch.randn(1, 2, 6, 16, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    positions = torch.arange(6)
+    at_center = apply_xpos(x, positions, role="query", scaling=Linear(factor=4.0), scale_base=1e30)
+    torch.testing.assert_close(at_center, apply_rope(x, positions, scaling={"rope_type": "linear", "factor": 4}))
+    with pytest.raises(ValueError, match="must rotate the whole head"):
+        apply_xpos(x, positions, role="key", scaling={"rope_type": "default", "partial_rotary_factor": 0.5})
+
+
 def test_empty_sequence():
     x = torch.zeros(1, 1, 0, D)
     assert apply_xpos(x, torch.zeros(0, dtype=torch.long), role="query").shape == (1, 1, 0, D)

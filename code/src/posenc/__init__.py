@@ -39,8 +39,21 @@ from posenc.rope import (
     rope_rotate,
     rope_rotate_reference,
 )
-from posenc.rope_scaling import ROPE_SCALINGS, RopeSettings, rope_settings
-from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc.rope_scaling import (
+    ROPE_SCALINGS,
+    Default,
+    DynamicNTK,
+    Linear,
+    Llama3,
+    LongRope,
+    Proportional,
+    RopeScaling,
+    RopeSettings,
+    Yarn,
+    rope_settings,
+    rope_spec,
+)
+from posenc.sinusoidal import frequencies, shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
@@ -51,17 +64,26 @@ __all__ = [
     "ROPE_SCALINGS",
     "ROPE_TYPES",
     "XPOS_ROLES",
+    "Default",
+    "DynamicNTK",
     "LearnedPositionalEmbedding",
+    "Linear",
+    "Llama3",
+    "LongRope",
+    "Proportional",
+    "RopeScaling",
     "RopeSettings",
     "RotaryEmbedding",
     "T5RelativeBias",
     "TinyTransformer",
+    "Yarn",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
     "apply_xpos",
     "causal_mask",
     "default_device",
+    "frequencies",
     "relative_positions",
     "resolve_offset",
     "rope_cos_sin",
@@ -69,6 +91,7 @@ __all__ = [
     "rope_rotate",
     "rope_rotate_reference",
     "rope_settings",
+    "rope_spec",
     "scaled_dot_product_attention",
     "shaw_attention",
     "shaw_attention_naive",
@@ -85,7 +108,7 @@ __all__ = [
     "with_rope_scaling",
     "xpos_zeta",
 ]
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 # Loaded on first use, so that `import posenc` stays free of matplotlib (PEP 562).
 _LAZY = {"plotting": ("posenc.plotting", None), "use_book_style": ("posenc.plotting", "use_book_style")}

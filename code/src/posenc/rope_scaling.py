@@ -1,72 +1,236 @@
-r"""RoPE scaling: one small pure function per ``rope_type``, and reading a model's RoPE settings.
+r"""RoPE scaling: one small frozen spec per ``rope_type``, and reading a model's RoPE settings.
 
 Book: chapter 6 (``book/06_rope.ipynb``) for ``default``; the RoPE scaling atlas of chapter 7
 (``book/07_beyond.ipynb``) for the others.
 
-Every function of :data:`ROPE_SCALINGS` has the signature of transformers' ``ROPE_INIT_FUNCTIONS``
-reduced to what the formula needs::
+Each ``rope_type`` is one frozen dataclass (:class:`Default`, :class:`Linear`, :class:`DynamicNTK`,
+:class:`Yarn`, :class:`Llama3`, :class:`LongRope`, :class:`Proportional`) whose fields are exactly
+the keys it allows (transformers' ``rope_parameters`` names), which validates itself once when built
+(``ValueError``/``TypeError`` naming the key and the value) and computes its own formula from the one
+public :func:`posenc.frequencies`:
 
-    (head_dim, base, params, seq_len) -> (inv_freq (d/2,) float32, attention_scale float)
+* ``spec.inv_freq(head_dim, base, seq_len=None)``: the ``(r/2,)`` float32 frequencies;
+* ``spec.attention_scale(seq_len=None)``: the factor cos and sin are multiplied by (the key
+  ``attention_factor``, where a type has it, is one input of it);
+* ``spec.length_dependent``: whether the two depend on the length processed (``seq_len``);
+* ``spec.check_head_dim(head_dim)``: the checks that need the head dimension (once, at an entry point).
 
-``head_dim`` is the rotated dimension ``d``, ``base`` the RoPE base, ``params`` the validated
-parameters of that type (defaults filled in), ``seq_len`` the length being processed (``None``:
-the model's configuration time). ``attention_scale`` multiplies cos and sin (1.0 except for YaRN
-and LongRoPE). They are unchecked kernels: :func:`posenc.rope_inv_freq` validates ``params`` once,
-with the checker of the same ``rope_type`` (``_CHECKS``), then dispatches here. All of them start
-from the one formula :math:`\theta_i = \text{base}^{-2i/d}` of :func:`posenc.sinusoid_frequencies`.
+The registry :data:`ROPE_SCALINGS` maps ``rope_type`` to its class, so adding a type is one class (and
+its tests). Dicts are translated once, at the door: :meth:`RopeScaling.from_dict` reads a model's
+``rope_scaling`` (legacy key ``"type"``, early Phi-3's ``"su"``) or transformers 5's
+``rope_parameters``; :func:`rope_spec` also takes ``rope_theta`` out of the dict; :func:`rope_settings`
+reads a whole config (per layer type where the model has several).
 
-Parameters are given as transformers gives them: a dict with ``rope_type`` (or the legacy key
-``"type"`` of older ``config.json`` files), optionally ``rope_theta`` (transformers 5's
-``rope_parameters``) and ``partial_rotary_factor``, and the keys of the type. Two values live in
-a model's config at the top level rather than in its ``rope_scaling``; posenc reads them from the
-dict, and :func:`rope_settings` copies them there from a config:
-
-* ``original_max_position_embeddings`` (``L_0``, the pre-training context), required by
-  ``dynamic``, ``yarn``, ``llama3`` and ``longrope`` (transformers' dynamic NTK reads it from the
-  top-level ``max_position_embeddings``; Phi-3 keeps it at the top level);
-* ``max_position_embeddings`` (the extended context), read only by ``longrope`` (and ``yarn``)
-  when ``factor`` is absent, as ``factor = max_position_embeddings / L_0`` (Phi-3's configs).
+Two values that models keep at the top level of their config rather than in ``rope_scaling`` are
+fields of the specs that need them, and :func:`rope_settings` copies them in:
+``original_max_position_embeddings`` (``L_0``, the pre-training context: ``dynamic``, ``yarn``,
+``llama3``, ``longrope``) and ``max_position_embeddings`` (read by ``yarn`` and ``longrope`` only
+when ``factor`` is absent, as ``factor = max_position_embeddings / L_0``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 
 from posenc._checks import check_even_dim, check_int, check_real
-from posenc.sinusoidal import _frequencies
+from posenc.sinusoidal import frequencies
 
-__all__ = ["ROPE_SCALINGS", "ROPE_TYPES", "RopeSettings", "rope_settings"]
+__all__ = [
+    "PAIRINGS",
+    "ROPE_SCALINGS",
+    "ROPE_TYPES",
+    "Default",
+    "DynamicNTK",
+    "Linear",
+    "Llama3",
+    "LongRope",
+    "Proportional",
+    "RopeScaling",
+    "RopeSettings",
+    "Yarn",
+    "rope_settings",
+    "rope_spec",
+]
 
 DEFAULT_BASE = 10000.0
+PAIRINGS = ("half", "interleaved")
 
 
-# --- the formulas: (head_dim, base, params, seq_len) -> (inv_freq, attention_scale) -------------
+def _key(name: str) -> str:
+    return f"scaling[{name!r}]"
 
 
-def default_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""RoPE's own frequencies (RoFormer, arXiv:2104.09864; chapter 6).
+def _factor(value: object, *, rope_type: str, name: str = "factor") -> float:
+    if value is None:
+        raise ValueError(f"scaling needs the key {name!r} for rope_type {rope_type!r}")
+    value = check_real(_key(name), value)
+    if value < 1:
+        raise ValueError(f"{_key(name)} must be >= 1 (it stretches the context), got {value:g}")
+    return value
 
-    .. math:: \theta_i = \text{base}^{-2i/d}, \quad 0 \le i < d/2.
+
+def _positive(name: str, value: object) -> float | None:
+    return None if value is None else check_real(_key(name), value, greater_than=0.0)
+
+
+def _original(rope_type: str, value: object) -> int:
+    if value is None:
+        raise ValueError(
+            f"rope_type {rope_type!r} needs scaling['original_max_position_embeddings'] (the pre-training "
+            "context; a model's config.json may keep it, or max_position_embeddings, at the top level: "
+            "posenc.rope_settings(config) copies it into the spec)"
+        )
+    return check_int(_key("original_max_position_embeddings"), value, minimum=1)
+
+
+def _factor_list(name: str, value: object) -> tuple[float, ...]:
+    if value is None:
+        raise ValueError(f"rope_type 'longrope' needs the key {name!r} (one factor per pair)")
+    if isinstance(value, Tensor):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(f"{_key(name)} must be a list of numbers (one per pair), got {type(value).__name__}")
+    return tuple(check_real(f"{_key(name)}[{i}]", v, greater_than=0.0) for i, v in enumerate(value))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeScaling:
+    r"""The base of every spec: RoPE's own frequencies, optionally on a leading part of each head.
+
+    ``partial_rotary_factor`` :math:`p` (GPT-NeoX, transformers 5's ``rope_parameters``): only the first
+    ``r = int(p d)`` features of each head rotate, with the frequencies of an ``r``-dimensional RoPE;
+    the last ``d - r`` pass unchanged. Subclasses override :meth:`inv_freq` (and
+    the method :meth:`attention_scale`); the methods are unchecked kernels, validation happens in
+    ``__post_init__`` and :meth:`check_head_dim`.
     """
-    return _frequencies(head_dim, base), 1.0  # (d/2,)
+
+    rope_type: ClassVar[str] = "default"
+    length_dependent: ClassVar[bool] = False  #: frequencies or attention factor depend on ``seq_len``
+    #: transformers reads L_0 of this type from the config's top-level max_position_embeddings (dynamic NTK)
+    original_is_max_position: ClassVar[bool] = False
+    partial_rotary_factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        fraction = check_real(_key("partial_rotary_factor"), self.partial_rotary_factor, greater_than=0.0)
+        if fraction > 1:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction:g}")
+        self._set("partial_rotary_factor", fraction)
+
+    def _set(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # normalising a field of a frozen dataclass, in __post_init__ only
+
+    def rotary_dim(self, head_dim: int) -> int:
+        """The number of rotated leading features of a head of ``head_dim`` (unchecked)."""
+        return int(head_dim * self.partial_rotary_factor)
+
+    def check_head_dim(self, head_dim: object) -> int:
+        """Validate what depends on the head dimension (even, an even rotary part >= 2); return ``head_dim``."""
+        head_dim = check_even_dim("head_dim", head_dim)
+        rotary = self.rotary_dim(head_dim)
+        if rotary < 2 or rotary % 2:
+            raise ValueError(
+                f"head_dim * scaling['partial_rotary_factor'] = {head_dim} * {self.partial_rotary_factor:g} must be "
+                f"an even rotary dimension >= 2, got {rotary}"
+            )
+        return head_dim
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        r""":math:`\theta_i = \text{base}^{-2i/r}`, ``(r/2,)`` float32 (RoFormer, arXiv:2104.09864; chapter 6)."""
+        return frequencies(self.rotary_dim(head_dim), base)
+
+    def attention_scale(self, seq_len: int | None = None) -> float:
+        """The factor that cos and sin are multiplied by (1.0 unless the type says otherwise)."""
+        return 1.0
+
+    @classmethod
+    def from_dict(cls, scaling: Mapping) -> RopeScaling:
+        """The door for dicts: a model's ``rope_scaling`` or transformers 5's ``rope_parameters`` -> a spec.
+
+        Reads ``rope_type``, or the legacy ``"type"`` (early Phi-3's ``"su"`` means ``"longrope"``); both
+        given must agree. ``rope_theta`` is not a key of a spec: :func:`rope_spec` takes it out first.
+        A dict of Qwen2-VL's M-RoPE (``mrope_section``, or ``type: "mrope"``) is refused with a pointer to
+        :mod:`posenc.mrope`. Unknown keys are an error that lists the allowed ones.
+        """
+        spec_class = _spec_class(scaling)
+        allowed = {field.name for field in dataclasses.fields(spec_class)}
+        keys = {k: v for k, v in scaling.items() if k not in ("rope_type", "type")}
+        unknown = sorted(set(keys) - allowed, key=str)
+        if unknown:
+            raise ValueError(
+                f"unknown key(s) {unknown} for rope_type {spec_class.rope_type!r}; allowed: "
+                f"{sorted({'rope_type', *allowed})}"
+            )
+        return spec_class(**{k: v for k, v in keys.items() if v is not None})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as a ``rope_parameters``-style dict (``rope_type`` and every field)."""
+        out = {"rope_type": self.rope_type}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            out[field.name] = list(value) if isinstance(value, tuple) else value
+        return out
 
 
-def linear_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
+def _spec_class(scaling: object) -> type[RopeScaling]:
+    if not isinstance(scaling, Mapping):
+        raise TypeError(
+            f"scaling must be a dict (a model's rope_scaling or rope_parameters), a RopeScaling or None, "
+            f"got {type(scaling).__name__}"
+        )
+    if "mrope_section" in scaling or "mrope" in (scaling.get("type"), scaling.get("rope_type")):
+        raise ValueError(
+            f"this is Qwen2-VL's multimodal RoPE (mrope_section = {scaling.get('mrope_section')!r}): one "
+            "position per axis, so it is not a RoPE scaling; use posenc.mrope.apply_mrope(x, positions, "
+            "sections=mrope_section, base=rope_theta)"
+        )
+    legacy = {"su": "longrope"}.get(scaling.get("type"), scaling.get("type"))
+    rope_type = scaling.get("rope_type", legacy if legacy is not None else "default")
+    if legacy is not None and legacy != rope_type:
+        raise ValueError(
+            f"scaling['type'] = {scaling['type']!r} and scaling['rope_type'] = {scaling['rope_type']!r} disagree"
+        )
+    if rope_type not in ROPE_SCALINGS:
+        raise ValueError(f"scaling['rope_type'] must be one of {ROPE_TYPES}, got {rope_type!r}")
+    return ROPE_SCALINGS[rope_type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Default(RopeScaling):
+    r"""RoPE's own frequencies, :math:`\theta_i = \text{base}^{-2i/d}` (RoFormer, arXiv:2104.09864; chapter 6)."""
+
+    rope_type: ClassVar[str] = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Linear(RopeScaling):
     r"""Position interpolation, PI (Chen et al., arXiv:2306.15595; chapter 7).
 
     Positions are squeezed by ``factor`` :math:`\alpha` into the trained range, which is the same as
     dividing every frequency: :math:`\theta'_i = \theta_i / \alpha`.
     """
-    return _frequencies(head_dim, base) / params["factor"], 1.0  # (d/2,)
+
+    rope_type: ClassVar[str] = "linear"
+    factor: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("factor", _factor(self.factor, rope_type="linear"))
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        return frequencies(self.rotary_dim(head_dim), base) / self.factor  # (r/2,)
 
 
-def dynamic_ntk_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
+@dataclass(frozen=True, kw_only=True)
+class DynamicNTK(RopeScaling):
     r"""Dynamic NTK-aware scaling (chapter 7).
 
     No paper: "NTK-Aware Scaled RoPE" was posted by bloc97 on Reddit r/LocalLLaMA (June 2023) and
@@ -78,13 +242,32 @@ def dynamic_ntk_inv_freq(head_dim: int, base: float, params: dict, seq_len: int 
 
     for :math:`L \le L_0` (or ``seq_len=None``) the frequencies are RoPE's own. The grown base is
     computed as a float32 tensor, as transformers' models do (they pass the length as a tensor).
+    transformers reads :math:`L_0` from the config's top-level ``max_position_embeddings``.
     """
-    original = params["original_max_position_embeddings"]
-    if seq_len is None or seq_len <= original:
-        return _frequencies(head_dim, base), 1.0  # within the original context: unchanged
-    factor = params["factor"]
-    grown = base * ((factor * torch.tensor(seq_len) / original) - (factor - 1)) ** (head_dim / (head_dim - 2))
-    return _frequencies(head_dim, grown), 1.0  # (d/2,)
+
+    rope_type: ClassVar[str] = "dynamic"
+    length_dependent: ClassVar[bool] = True
+    original_is_max_position: ClassVar[bool] = True
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("factor", _factor(self.factor, rope_type="dynamic"))
+        self._set("original_max_position_embeddings", _original("dynamic", self.original_max_position_embeddings))
+
+    def check_head_dim(self, head_dim: object) -> int:
+        head_dim = super().check_head_dim(head_dim)
+        if self.rotary_dim(head_dim) <= 2:
+            raise ValueError(f"rope_type 'dynamic' needs head_dim > 2 (its exponent is d/(d-2)), got {head_dim}")
+        return head_dim
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        d, original = self.rotary_dim(head_dim), self.original_max_position_embeddings
+        if seq_len is None or seq_len <= original:
+            return frequencies(d, base)  # within the original context: unchanged
+        grown = base * ((self.factor * torch.tensor(seq_len) / original) - (self.factor - 1)) ** (d / (d - 2))
+        return frequencies(d, grown)  # (r/2,)
 
 
 def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -92,7 +275,8 @@ def _yarn_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
+@dataclass(frozen=True, kw_only=True)
+class Yarn(RopeScaling):
     r"""YaRN (Peng et al., arXiv:2309.00071; chapter 7): NTK-by-parts interpolation plus a temperature.
 
     Pair ``i`` turns :math:`r_i = L_0 \theta_i / 2\pi` times within the original context. Pairs
@@ -102,37 +286,84 @@ def yarn_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None)
 
     .. math:: \theta'_i = (1 - w_i)\,\theta_i / \alpha + w_i\,\theta_i.
 
+    ``beta_fast == beta_slow`` (Kimi K2) is allowed: the ramp gets transformers' width of 0.001 pair.
     cos and sin are multiplied by ``attention_factor``, by default :math:`0.1 \ln \alpha + 1`, or with
     DeepSeek's ``mscale``/``mscale_all_dim`` the ratio of two such terms (1.0 when they are equal:
-    DeepSeek-V3 applies its temperature in the softmax scale instead). Arithmetic follows
-    transformers (float32 frequencies, float64 Python scalars).
+    DeepSeek-V3 applies its temperature in the softmax scale instead). As in transformers, a
+    ``mscale`` or ``mscale_all_dim`` of 0 means absent. Without ``factor``, :math:`\alpha` =
+    ``max_position_embeddings / original_max_position_embeddings``. Arithmetic follows transformers
+    (float32 frequencies, float64 Python scalars).
     """
-    factor, original = params["factor"], params["original_max_position_embeddings"]
-    attention_factor = params["attention_factor"]
-    if attention_factor is None:
-        if params["mscale"] and params["mscale_all_dim"]:
-            attention_factor = _yarn_mscale(factor, params["mscale"]) / _yarn_mscale(factor, params["mscale_all_dim"])
-        else:
-            attention_factor = _yarn_mscale(factor)
 
-    def correction_dim(num_rotations: float) -> float:
-        # The (fractional) pair index whose wavelength fits num_rotations times into L_0.
-        return (head_dim * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+    rope_type: ClassVar[str] = "yarn"
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    truncate: bool = True
 
-    low, high = correction_dim(params["beta_fast"]), correction_dim(params["beta_slow"])
-    if params["truncate"]:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, head_dim - 1)
-    if low == high:
-        high += 0.001  # avoid a zero-width ramp, as transformers does
-    ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (d/2,)
-    theta = _frequencies(head_dim, base)  # (d/2,)
-    interpolated = _frequencies(head_dim, base, divided_by=factor)  # theta_i / alpha, rounded as transformers does
-    keep = 1 - ramp  # w_i: 1 keeps theta_i (fast pairs), 0 interpolates (slow pairs)
-    return interpolated * (1 - keep) + theta * keep, float(attention_factor)
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        original = _original("yarn", self.original_max_position_embeddings)
+        self._set("original_max_position_embeddings", original)
+        if self.max_position_embeddings is not None:
+            self._set(
+                "max_position_embeddings",
+                check_int(_key("max_position_embeddings"), self.max_position_embeddings, minimum=1),
+            )
+        if self.factor is None:  # DeepSeek-style: the ratio of the extended to the original context
+            if self.max_position_embeddings is None:
+                raise ValueError("scaling needs the key 'factor' for rope_type 'yarn' (or max_position_embeddings)")
+            self._set("factor", self.max_position_embeddings / original)
+        self._set("factor", _factor(self.factor, rope_type="yarn"))
+        self._set("beta_fast", _positive("beta_fast", self.beta_fast))
+        self._set("beta_slow", _positive("beta_slow", self.beta_slow))
+        if self.beta_fast < self.beta_slow:
+            raise ValueError(f"{_key('beta_fast')} must be >= beta_slow, got {self.beta_fast:g} < {self.beta_slow:g}")
+        self._set("attention_factor", _positive("attention_factor", self.attention_factor))
+        for name in ("mscale", "mscale_all_dim"):
+            value = getattr(self, name)
+            if value is not None and check_real(_key(name), value) == 0:
+                value = None  # transformers: `if mscale and mscale_all_dim`, so 0 means absent
+            self._set(name, _positive(name, value))
+        if not isinstance(self.truncate, bool):
+            raise TypeError(
+                f"{_key('truncate')} must be a bool, got {self.truncate!r} ({type(self.truncate).__name__})"
+            )
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        d, original, factor = self.rotary_dim(head_dim), self.original_max_position_embeddings, self.factor
+
+        def correction_dim(num_rotations: float) -> float:
+            # The (fractional) pair index whose wavelength fits num_rotations times into L_0.
+            return (d * math.log(original / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+        low, high = correction_dim(self.beta_fast), correction_dim(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, d - 1)
+        if low == high:
+            high += 0.001  # avoid a zero-width ramp, as transformers does
+        ramp = ((torch.arange(d // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)  # (r/2,)
+        theta = frequencies(d, base)  # (r/2,)
+        interpolated = frequencies(d, base, divided_by=factor)  # theta_i / alpha, rounded as transformers does
+        keep = 1 - ramp  # w_i: 1 keeps theta_i (fast pairs), 0 interpolates (slow pairs)
+        return interpolated * (1 - keep) + theta * keep
+
+    def attention_scale(self, seq_len: int | None = None) -> float:
+        if self.attention_factor is not None:
+            return self.attention_factor
+        if self.mscale and self.mscale_all_dim:
+            return _yarn_mscale(self.factor, self.mscale) / _yarn_mscale(self.factor, self.mscale_all_dim)
+        return _yarn_mscale(self.factor)
 
 
-def llama3_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
+@dataclass(frozen=True, kw_only=True)
+class Llama3(RopeScaling):
     r"""Llama 3.1's frequency-dependent interpolation (Llama 3 paper, arXiv:2407.21783; chapter 7).
 
     With wavelength :math:`\lambda_i = 2\pi/\theta_i`, :math:`\lambda_{lo} = L_0 / \text{low\_freq\_factor}`
@@ -141,19 +372,47 @@ def llama3_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | Non
     between, with :math:`w_i = (L_0/\lambda_i - \text{low}) / (\text{high} - \text{low})`,
 
     .. math:: \theta'_i = (1 - w_i)\,\theta_i / \alpha + w_i\,\theta_i.
+
+    ``high_freq_factor == low_freq_factor`` (Llama 4 Scout) leaves no pair in between: a hard switch
+    at :math:`\lambda_i = L_0 / \text{low}`, as transformers computes it.
     """
-    theta = _frequencies(head_dim, base)  # (d/2,)
-    factor, original = params["factor"], params["original_max_position_embeddings"]
-    low, high = params["low_freq_factor"], params["high_freq_factor"]
-    wavelen = 2 * math.pi / theta
-    scaled = torch.where(wavelen > original / low, theta / factor, theta)  # long waves: interpolate
-    smooth = (original / wavelen - low) / (high - low)
-    blended = (1 - smooth) * scaled / factor + smooth * scaled
-    is_medium = ~(wavelen < original / high) * ~(wavelen > original / low)
-    return torch.where(is_medium, blended, scaled), 1.0  # (d/2,)
+
+    rope_type: ClassVar[str] = "llama3"
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("factor", _factor(self.factor, rope_type="llama3"))
+        self._set("original_max_position_embeddings", _original("llama3", self.original_max_position_embeddings))
+        for name in ("low_freq_factor", "high_freq_factor"):
+            if getattr(self, name) is None:
+                raise ValueError(f"rope_type 'llama3' needs the key {name!r}")
+            self._set(name, _positive(name, getattr(self, name)))
+        if self.high_freq_factor < self.low_freq_factor:
+            raise ValueError(
+                f"{_key('high_freq_factor')} must be >= low_freq_factor, "
+                f"got {self.high_freq_factor:g} < {self.low_freq_factor:g}"
+            )
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        theta = frequencies(self.rotary_dim(head_dim), base)  # (r/2,)
+        factor, original = self.factor, self.original_max_position_embeddings
+        low, high = self.low_freq_factor, self.high_freq_factor
+        wavelen = 2 * math.pi / theta
+        scaled = torch.where(wavelen > original / low, theta / factor, theta)  # long waves: interpolate
+        if high == low:
+            return scaled  # no medium band (transformers' blend would divide by zero there, and is never used)
+        smooth = (original / wavelen - low) / (high - low)
+        blended = (1 - smooth) * scaled / factor + smooth * scaled
+        is_medium = ~(wavelen < original / high) * ~(wavelen > original / low)
+        return torch.where(is_medium, blended, scaled)  # (r/2,)
 
 
-def longrope_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
+@dataclass(frozen=True, kw_only=True)
+class LongRope(RopeScaling):
     r"""LongRoPE (Ding et al., arXiv:2402.13753), as shipped in Phi-3 (arXiv:2404.14219); chapter 7.
 
     Each pair has its own searched rescale factor :math:`\lambda_i`: ``long_factor`` when the
@@ -163,353 +422,317 @@ def longrope_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | N
               \text{attention\_scale} = \sqrt{1 + \ln \alpha / \ln L_0}\ \ (1 \text{ if } \alpha \le 1),
 
     with :math:`\alpha` = ``factor``, or ``max_position_embeddings / L_0`` when ``factor`` is absent,
-    unless ``attention_factor`` is given.
+    unless ``attention_factor`` is given. Phi-3.5-MoE gives the scale itself, one per regime:
+    ``short_mscale`` up to :math:`L_0`, ``long_mscale`` beyond (transformers' ``PhimoeRotaryEmbedding``).
+    Caution: transformers 5.23's ``PhimoeRotaryEmbedding`` keeps the SHORT factors past :math:`L_0`
+    (its ``forward`` recomputes the frequencies without the length) while it switches to
+    ``long_mscale``; posenc follows the formula above (long factors past :math:`L_0`, as Phi-3 does
+    and as Microsoft's Phi-3.5-MoE code does), so the two agree up to :math:`L_0` only.
     """
-    original = params["original_max_position_embeddings"]
-    attention_factor = params["attention_factor"]
-    if attention_factor is None:
-        factor = params["factor"]
+
+    rope_type: ClassVar[str] = "longrope"
+    length_dependent: ClassVar[bool] = True
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    original_max_position_embeddings: int | None = None
+    max_position_embeddings: int | None = None
+    factor: float | None = None
+    attention_factor: float | None = None
+    short_mscale: float | None = None
+    long_mscale: float | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._set("original_max_position_embeddings", _original("longrope", self.original_max_position_embeddings))
+        self._set("short_factor", _factor_list("short_factor", self.short_factor))
+        self._set("long_factor", _factor_list("long_factor", self.long_factor))
+        if self.factor is not None:
+            self._set("factor", _factor(self.factor, rope_type="longrope"))
+        if self.max_position_embeddings is not None:
+            self._set(
+                "max_position_embeddings",
+                check_int(_key("max_position_embeddings"), self.max_position_embeddings, minimum=1),
+            )
+        for name in ("attention_factor", "short_mscale", "long_mscale"):
+            self._set(name, _positive(name, getattr(self, name)))
+        if (self.short_mscale is None) != (self.long_mscale is None):
+            raise ValueError(
+                f"scaling needs both 'short_mscale' and 'long_mscale' or neither, got short_mscale="
+                f"{self.short_mscale!r}, long_mscale={self.long_mscale!r}"
+            )
+        if (self.attention_factor, self.factor, self.max_position_embeddings, self.short_mscale) == (None,) * 4:
+            raise ValueError(
+                "rope_type 'longrope' needs scaling['factor'], scaling['attention_factor'] or "
+                "scaling['max_position_embeddings'] (Phi-3 keeps max_position_embeddings at the top level of "
+                "its config: posenc.rope_settings(config) copies it)"
+            )
+
+    def check_head_dim(self, head_dim: object) -> int:
+        head_dim = super().check_head_dim(head_dim)
+        pairs = self.rotary_dim(head_dim) // 2
+        for name in ("short_factor", "long_factor"):
+            if len(getattr(self, name)) != pairs:
+                raise ValueError(f"{_key(name)} must have head_dim/2 = {pairs} entries, got {len(getattr(self, name))}")
+        return head_dim
+
+    def _long(self, seq_len: int | None) -> bool:
+        return seq_len is not None and seq_len > self.original_max_position_embeddings
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        rescale = torch.tensor(self.long_factor if self._long(seq_len) else self.short_factor)  # (r/2,): lambda_i
+        return frequencies(self.rotary_dim(head_dim), base, divided_by=rescale.float())  # (r/2,)
+
+    def attention_scale(self, seq_len: int | None = None) -> float:
+        if self.short_mscale is not None:
+            return self.long_mscale if self._long(seq_len) else self.short_mscale
+        if self.attention_factor is not None:
+            return self.attention_factor
+        factor = self.factor
         if factor is None:
-            factor = params["max_position_embeddings"] / original
-        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
-    chosen = params["long_factor"] if seq_len is not None and seq_len > original else params["short_factor"]
-    rescale = torch.tensor(chosen, dtype=torch.float32)  # (d/2,): lambda_i
-    return _frequencies(head_dim, base, divided_by=rescale), float(attention_factor)  # (d/2,)
+            factor = self.max_position_embeddings / self.original_max_position_embeddings
+        return (
+            1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(self.original_max_position_embeddings))
+        )
 
 
-def proportional_inv_freq(head_dim: int, base: float, params: dict, seq_len: int | None) -> tuple[Tensor, float]:
-    r"""transformers' "proportional" RoPE (no paper: ``_compute_proportional_rope_parameters``).
+@dataclass(frozen=True, kw_only=True)
+class Proportional(RopeScaling):
+    r"""transformers' "proportional" RoPE (no paper: ``_compute_proportional_rope_parameters``); p-RoPE.
 
     Only the first :math:`r = \lfloor p\,d/2 \rfloor` pairs (``partial_rotary_factor`` :math:`p`)
     rotate, with the frequencies of the FULL head dimension; the other pairs get frequency 0 (no
     rotation), so the result keeps ``d/2`` entries. All are divided by ``factor`` (default 1):
 
     .. math:: \theta'_i = \text{base}^{-2i/d} / \alpha \ (i < r), \qquad \theta'_i = 0 \ (i \ge r).
+
+    This is p-RoPE (Barbero et al., arXiv:2410.06205; :func:`posenc.variants.p_rope_inv_freq`), and
+    Gemma 4's global layers (``p = 0.25``, chapter 8). ``p = 0`` (no pair rotates) is allowed.
     """
-    rotated = int(params["partial_rotary_factor"] * head_dim // 2)
-    theta = _frequencies(head_dim, base)[:rotated]  # (r,)
-    inv_freq = torch.cat((theta, torch.zeros(head_dim // 2 - rotated)))  # (d/2,)
-    return inv_freq / params["factor"], 1.0
+
+    rope_type: ClassVar[str] = "proportional"
+    partial_rotary_factor: float = 1.0
+    factor: float = 1.0
+
+    def __post_init__(self) -> None:
+        fraction = check_real(_key("partial_rotary_factor"), self.partial_rotary_factor)
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"scaling['partial_rotary_factor'] must be in [0, 1], got {fraction:g}")
+        self._set("partial_rotary_factor", fraction)
+        self._set("factor", _factor(self.factor, rope_type="proportional"))
+
+    def rotary_dim(self, head_dim: int) -> int:
+        return head_dim  # the slow pairs stay in place, with frequency 0
+
+    def inv_freq(self, head_dim: int, base: float, seq_len: int | None = None) -> Tensor:
+        rotated = int(self.partial_rotary_factor * head_dim // 2)
+        theta = frequencies(head_dim, base)[:rotated]  # (p d/2,)
+        return torch.cat((theta, torch.zeros(head_dim // 2 - rotated))) / self.factor  # (d/2,)
 
 
-#: The registry: rope_type -> its formula, one signature for all (transformers' ``ROPE_INIT_FUNCTIONS``
-#: plus ``"default"``). ``"axial"`` (2-D positions of vision models) is out of this book's scope.
-ROPE_SCALINGS: Mapping[str, Callable[[int, float, dict, int | None], tuple[Tensor, float]]] = MappingProxyType(
-    {
-        "default": default_inv_freq,
-        "linear": linear_inv_freq,
-        "dynamic": dynamic_ntk_inv_freq,
-        "yarn": yarn_inv_freq,
-        "llama3": llama3_inv_freq,
-        "longrope": longrope_inv_freq,
-        "proportional": proportional_inv_freq,
-    }
+#: The registry: rope_type -> its spec class (transformers' ``ROPE_INIT_FUNCTIONS`` plus ``"default"``).
+#: ``"axial"`` (2-D positions of vision models) is :func:`posenc.mrope.apply_rope_2d`.
+ROPE_SCALINGS: Mapping[str, type[RopeScaling]] = MappingProxyType(
+    {cls.rope_type: cls for cls in (Default, Linear, DynamicNTK, Yarn, Llama3, LongRope, Proportional)}
 )
 ROPE_TYPES = tuple(ROPE_SCALINGS)
 
-#: Types whose frequencies depend on the length processed (``seq_len``).
-LENGTH_DEPENDENT = ("dynamic", "longrope")
 
+def rope_spec(scaling: Mapping | RopeScaling | None = None, *, base: object = None) -> tuple[RopeScaling, float]:
+    """The door of every RoPE entry point: ``(scaling, base)`` -> a validated ``(spec, base)``.
 
-# --- validation: one checker per rope_type ---------------------------------------------------------
-
-
-def _key(name: str) -> str:
-    return f"scaling[{name!r}]"
-
-
-def _factor(params: Mapping, *, required: bool = True) -> float | None:
-    value = params.get("factor")
-    if value is None and not required:
-        return None
-    if "factor" not in params:
-        raise ValueError(f"scaling needs the key 'factor' for rope_type {params['rope_type']!r}")
-    value = check_real(_key("factor"), value)
-    if value < 1:
-        raise ValueError(f"{_key('factor')} must be >= 1 (it stretches the context), got {value:g}")
-    return value
-
-
-def _original(params: Mapping) -> int:
-    if params.get("original_max_position_embeddings") is None:
-        raise ValueError(
-            f"rope_type {params['rope_type']!r} needs scaling['original_max_position_embeddings'] (the pre-training "
-            "context; a model's config.json may keep it, or max_position_embeddings, at the top level: "
-            "posenc.rope_settings(config) copies it into the dict)"
-        )
-    return check_int(_key("original_max_position_embeddings"), params["original_max_position_embeddings"], minimum=1)
-
-
-def _optional_real(params: Mapping, name: str, default: float | None, greater_than: float = 0.0) -> float | None:
-    value = params.get(name)
-    return default if value is None else check_real(_key(name), value, greater_than=greater_than)
-
-
-def _check_default(params: Mapping, head_dim: int) -> dict:
-    return {}
-
-
-def _check_linear(params: Mapping, head_dim: int) -> dict:
-    return {"factor": _factor(params)}
-
-
-def _check_dynamic(params: Mapping, head_dim: int) -> dict:
-    if head_dim <= 2:
-        raise ValueError(f"rope_type 'dynamic' needs head_dim > 2 (its exponent is d/(d-2)), got {head_dim}")
-    return {"factor": _factor(params), "original_max_position_embeddings": _original(params)}
-
-
-def _check_yarn(params: Mapping, head_dim: int) -> dict:
-    out = {"original_max_position_embeddings": _original(params)}
-    factor = _factor(params, required=params.get("max_position_embeddings") is None)
-    if factor is None:  # DeepSeek-style: the ratio of the extended to the original context
-        max_pos = check_int(_key("max_position_embeddings"), params["max_position_embeddings"], minimum=1)
-        factor = max_pos / out["original_max_position_embeddings"]
-    out["factor"] = factor
-    out["beta_fast"] = _optional_real(params, "beta_fast", 32.0)
-    out["beta_slow"] = _optional_real(params, "beta_slow", 1.0)
-    if not out["beta_fast"] > out["beta_slow"]:
-        raise ValueError(f"{_key('beta_fast')} must be > beta_slow, got {out['beta_fast']:g} <= {out['beta_slow']:g}")
-    for name in ("attention_factor", "mscale", "mscale_all_dim"):
-        out[name] = _optional_real(params, name, None)
-    truncate = params.get("truncate", True)
-    if not isinstance(truncate, bool):
-        raise TypeError(f"{_key('truncate')} must be a bool, got {truncate!r} ({type(truncate).__name__})")
-    out["truncate"] = truncate
-    return out
-
-
-def _check_llama3(params: Mapping, head_dim: int) -> dict:
-    out = {"factor": _factor(params), "original_max_position_embeddings": _original(params)}
-    for name in ("low_freq_factor", "high_freq_factor"):
-        if params.get(name) is None:
-            raise ValueError(f"rope_type 'llama3' needs the key {name!r}")
-        out[name] = check_real(_key(name), params[name], greater_than=0.0)
-    if not out["high_freq_factor"] > out["low_freq_factor"]:
-        raise ValueError(
-            f"{_key('high_freq_factor')} must be > low_freq_factor, "
-            f"got {out['high_freq_factor']:g} <= {out['low_freq_factor']:g}"
-        )
-    return out
-
-
-def _factor_list(params: Mapping, name: str, length: int) -> list[float]:
-    value = params.get(name)
-    if isinstance(value, Tensor):
-        value = value.tolist()
-    if not isinstance(value, (list, tuple)):
-        raise TypeError(f"{_key(name)} must be a list of {length} numbers (one per pair), got {type(value).__name__}")
-    if len(value) != length:
-        raise ValueError(f"{_key(name)} must have head_dim/2 = {length} entries, got {len(value)}")
-    return [check_real(f"{_key(name)}[{i}]", v, greater_than=0.0) for i, v in enumerate(value)]
-
-
-def _check_longrope(params: Mapping, head_dim: int) -> dict:
-    out = {"original_max_position_embeddings": _original(params)}
-    out["short_factor"] = _factor_list(params, "short_factor", head_dim // 2)
-    out["long_factor"] = _factor_list(params, "long_factor", head_dim // 2)
-    out["attention_factor"] = _optional_real(params, "attention_factor", None)
-    out["factor"] = _factor(params, required=False)
-    out["max_position_embeddings"] = None
-    if params.get("max_position_embeddings") is not None:
-        out["max_position_embeddings"] = check_int(
-            _key("max_position_embeddings"), params["max_position_embeddings"], minimum=1
-        )
-    if out["attention_factor"] is None and out["factor"] is None and out["max_position_embeddings"] is None:
-        raise ValueError(
-            "rope_type 'longrope' needs scaling['factor'], scaling['attention_factor'] or "
-            "scaling['max_position_embeddings'] (Phi-3 keeps max_position_embeddings at the top level of its "
-            "config: posenc.rope_settings(config) copies it)"
-        )
-    return out
-
-
-def _check_proportional(params: Mapping, head_dim: int) -> dict:
-    factor = _factor(params, required=False)
-    return {"factor": 1.0 if factor is None else factor, "partial_rotary_factor": params["partial_rotary_factor"]}
-
-
-_CHECKS: dict[str, Callable[[Mapping, int], dict]] = {
-    "default": _check_default,
-    "linear": _check_linear,
-    "dynamic": _check_dynamic,
-    "yarn": _check_yarn,
-    "llama3": _check_llama3,
-    "longrope": _check_longrope,
-    "proportional": _check_proportional,
-}
-_ALLOWED = {  # the keys each type reads, besides rope_type/type/rope_theta/partial_rotary_factor
-    "default": (),
-    "linear": ("factor",),
-    "dynamic": ("factor", "original_max_position_embeddings"),
-    "yarn": (
-        "factor",
-        "original_max_position_embeddings",
-        "max_position_embeddings",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "mscale",
-        "mscale_all_dim",
-        "truncate",
-    ),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "longrope": (
-        "short_factor",
-        "long_factor",
-        "original_max_position_embeddings",
-        "max_position_embeddings",
-        "factor",
-        "attention_factor",
-    ),
-    "proportional": ("factor",),
-}
-_COMMON = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
-
-
-class _Rope(NamedTuple):
-    """Validated RoPE settings: what the private kernels need."""
-
-    rope_type: str
-    params: dict
-    base: float
-    head_dim: int  # the full head dimension
-    rotary_dim: int  # the rotated leading features (== head_dim unless partial_rotary_factor < 1)
-
-
-def _resolve(head_dim: object, base: object, scaling: object) -> _Rope:
-    """Validate (head_dim, base, scaling) once, at a public boundary."""
-    head_dim = check_even_dim("head_dim", head_dim)
+    ``scaling`` is a spec, ``None`` (RoPE's own frequencies) or a dict as :meth:`RopeScaling.from_dict`
+    reads it, which may also hold ``rope_theta`` (transformers 5's ``rope_parameters``). ``base``
+    defaults to that ``rope_theta``, else 10000; giving both with different values is an error.
+    """
+    theta = None
     if scaling is None:
-        scaling = {}
-    if not isinstance(scaling, Mapping):
+        scaling = Default()
+    elif isinstance(scaling, Mapping):
+        theta = scaling.get("rope_theta")
+        if theta is not None:
+            theta = check_real("scaling['rope_theta']", theta, greater_than=1.0)
+        scaling = RopeScaling.from_dict({k: v for k, v in scaling.items() if k != "rope_theta"})
+    elif not isinstance(scaling, RopeScaling):
         raise TypeError(
-            f"scaling must be a dict (a model's rope_scaling or rope_parameters) or None, got {type(scaling).__name__}"
+            f"scaling must be a dict (a model's rope_scaling or rope_parameters), a RopeScaling or None, "
+            f"got {type(scaling).__name__}"
         )
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if "rope_type" in scaling and "type" in scaling and scaling["type"] != scaling["rope_type"]:
-        raise ValueError(
-            f"scaling['type'] = {scaling['type']!r} and scaling['rope_type'] = {scaling['rope_type']!r} disagree"
-        )
-    if rope_type not in ROPE_SCALINGS:
-        raise ValueError(f"scaling['rope_type'] must be one of {ROPE_TYPES}, got {rope_type!r}")
-    allowed = {*_COMMON, *_ALLOWED[rope_type]}
-    unknown = sorted(set(scaling) - allowed, key=str)
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} for rope_type {rope_type!r}; allowed: {sorted(allowed)}")
-
-    theta = scaling.get("rope_theta")
-    if theta is not None:
-        theta = check_real("scaling['rope_theta']", theta, greater_than=1.0)
     if base is None:
         base = DEFAULT_BASE if theta is None else theta
     else:
         base = check_real("base", base, greater_than=1.0)
         if theta is not None and theta != base:
             raise ValueError(f"base={base:g} and scaling['rope_theta']={theta:g} disagree; give one of them")
-
-    fraction = scaling.get("partial_rotary_factor")
-    fraction = 1.0 if fraction is None else check_real("scaling['partial_rotary_factor']", fraction, greater_than=0.0)
-    if fraction > 1:
-        raise ValueError(f"scaling['partial_rotary_factor'] must be in (0, 1], got {fraction:g}")
-    params = {"rope_type": rope_type, **{k: v for k, v in scaling.items() if k not in _COMMON}}
-    rotary_dim = head_dim
-    if rope_type == "proportional":
-        params["partial_rotary_factor"] = fraction  # rotates a part, but keeps all d/2 frequencies
-    else:
-        rotary_dim = int(head_dim * fraction)  # GPT-NeoX: rotate the first rotary_dim features
-        if rotary_dim < 2 or rotary_dim % 2:
-            raise ValueError(
-                f"head_dim * scaling['partial_rotary_factor'] = {head_dim} * {fraction:g} must be an even rotary "
-                f"dimension >= 2, got {rotary_dim}"
-            )
-    return _Rope(rope_type, _CHECKS[rope_type](params, rotary_dim), base, head_dim, rotary_dim)
-
-
-def _inv_freq(rope: _Rope, seq_len: int | None) -> tuple[Tensor, float]:
-    """Unchecked dispatch through the registry: (r/2,) float32 frequencies and the attention scale."""
-    return ROPE_SCALINGS[rope.rope_type](rope.rotary_dim, rope.base, rope.params, seq_len)
+    return scaling, base
 
 
 # --- reading a model's settings ----------------------------------------------------------------------
 
 
-class RopeSettings(NamedTuple):
-    """A model's RoPE settings in posenc's terms (see :func:`rope_settings`)."""
+@dataclass(frozen=True)
+class RopeSettings:
+    """A model's RoPE settings in posenc's terms (see :func:`rope_settings`).
+
+    Unpacks as posenc 1.0's triple, ``base, scaling, rotary_fraction = rope_settings(config)``; the
+    pairing and the layer type are read as attributes.
+    """
 
     base: float  #: the RoPE base (rope_theta)
-    scaling: dict  #: for ``scaling=``: rope_type, its keys, partial_rotary_factor if < 1; no rope_theta
-    rotary_fraction: float  #: the rotated share of each head (GPT-NeoX: 0.25), also in ``scaling``
+    scaling: RopeScaling  #: the spec, for ``scaling=``; carries ``partial_rotary_factor``
+    rotary_fraction: float  #: the rotated share of each head (GPT-NeoX: 0.25; ``proportional``: its p)
+    pairing: str = "half"  #: ``"half"`` (i, i + d/2) or ``"interleaved"`` (2i, 2i + 1), see posenc.rope
+    layer_type: str | None = None  #: the layer type these settings were read for (per-layer configs)
+    head_dim: int | None = None  #: the head dimension the model rotates with, when the config tells it
+
+    def __iter__(self):
+        return iter((self.base, self.scaling, self.rotary_fraction))
+
+
+#: model_type -> pairing, for the families whose modeling code in transformers rotates (2i, 2i + 1)
+#: (``rotate_every_two`` or ``x[..., 0::2]``, cos/sin ``repeat_interleave``d); everything else is "half".
+#: DeepSeek-V3 (and Kimi K2, its architecture) says it in ``rope_interleave``, True by default in transformers.
+INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v3", "kimi_k2"})
 
 
 def _get(config: object, name: str, default: Any = None) -> Any:
     if isinstance(config, Mapping):
         return config.get(name, default)
-    return getattr(config, name, default)
+    try:
+        return getattr(config, name, default)
+    except RuntimeError:  # transformers 5's per-layer attributes (Gemma 4's head_dim) refuse a global read
+        return default
 
 
-def rope_settings(config: object) -> RopeSettings:
+def _pairing(config: object) -> str:
+    interleave = _get(config, "rope_interleave")  # DeepSeek-V3's switch; absent elsewhere
+    if interleave is not None:
+        return "interleaved" if interleave else "half"
+    return "interleaved" if _get(config, "model_type") in INTERLEAVED_MODEL_TYPES else "half"
+
+
+# Per-layer-type configs written the transformers 4 way: the top-level key that holds each layer type's base.
+_LAYER_BASES = {
+    "gemma3_text": {"sliding_attention": "rope_local_base_freq", "full_attention": "rope_theta"},
+    "gemma3": {"sliding_attention": "rope_local_base_freq", "full_attention": "rope_theta"},
+    "modernbert": {"sliding_attention": "local_rope_theta", "full_attention": "global_rope_theta"},
+}
+# The bases transformers fills in when such a config omits them.
+_LAYER_DEFAULTS = {
+    "rope_local_base_freq": 10000.0,
+    "local_rope_theta": 10000.0,
+    "global_rope_theta": 160000.0,
+}
+
+
+def _layer_params(config: object, params: dict, layer_type: str | None) -> tuple[dict, str | None]:
+    """One layer type's rope parameters from a per-layer config; ``(params, None)`` for other configs."""
+    per_layer = {k: v for k, v in params.items() if isinstance(v, Mapping)}
+    model_type = _get(config, "model_type")
+    bases = _LAYER_BASES.get(model_type)
+    if not per_layer and bases is None and any(_get(config, key) is not None for key in _LAYER_DEFAULTS):
+        bases = _LAYER_BASES["modernbert" if _get(config, "global_rope_theta") is not None else "gemma3"]
+    if not per_layer and bases is None:
+        if layer_type is not None:
+            raise ValueError(f"layer_type={layer_type!r} given, but this config has one RoPE setting for all layers")
+        return params, None
+    types = sorted(per_layer) if per_layer else sorted(bases)
+    if layer_type is None:
+        raise ValueError(
+            f"this config sets RoPE per layer type {types} (e.g. local and global attention layers): pass "
+            "layer_type= one of them"
+        )
+    if layer_type not in types:
+        raise ValueError(f"layer_type must be one of {types}, got {layer_type!r}")
+    if per_layer:  # transformers 5's rope_parameters keyed by layer type
+        return dict(per_layer[layer_type]), layer_type
+    # transformers 4 / config.json: Gemma 3 applies rope_scaling to its global layers only, ModernBERT to both
+    key = bases[layer_type]
+    value = _get(config, key)
+    own = {"rope_theta": _LAYER_DEFAULTS.get(key) if value is None else value}
+    if key == "rope_local_base_freq":
+        return own, layer_type
+    return {**params, **own}, layer_type
+
+
+def _head_dim(config: object, layer_type: str | None) -> int | None:
+    if layer_type is not None and _get(config, "per_layer_config") is not None:
+        with contextlib.suppress(KeyError, IndexError, TypeError, ValueError):
+            config = config.per_layer_config[layer_type]  # transformers 5 (Gemma 4: wider global heads)
+    elif layer_type == "full_attention" and _get(config, "global_head_dim") is not None:
+        return _get(config, "global_head_dim")  # Gemma 4's config.json
+    head_dim = _get(config, "qk_rope_head_dim") or _get(config, "head_dim")  # DeepSeek: the rotated part
+    width = _get(config, "hidden_size") or _get(config, "n_embd")  # GPT-J/GPT-2 style: n_embd, n_head
+    heads = _get(config, "num_attention_heads") or _get(config, "n_head")
+    if head_dim is None and width and heads:
+        head_dim = width // heads
+    return head_dim
+
+
+def rope_settings(config: object, layer_type: str | None = None) -> RopeSettings:
     """Read a model's RoPE settings from a transformers config (4.x or 5.x) or a ``config.json`` dict.
 
     Understands transformers 5's ``config.rope_parameters`` (``rope_theta`` and
-    ``partial_rotary_factor`` inside the dict), transformers 4's ``config.rope_theta`` +
-    ``config.rope_scaling`` (legacy key ``"type"`` included) + ``config.partial_rotary_factor``, and
-    GPT-NeoX's older ``rotary_emb_base``/``rotary_pct``. The top-level ``max_position_embeddings`` and
-    ``original_max_position_embeddings`` are copied into ``scaling`` where the type needs them
-    (see the module docstring), so that ``rope_inv_freq(head_dim, base=s.base, scaling=s.scaling)``,
-    ``apply_rope`` and ``RotaryEmbedding`` reproduce the model with its FULL ``head_dim``: a partial
-    rotation (``rotary_fraction < 1``) is carried in ``scaling["partial_rotary_factor"]``. The result
-    is validated when the config tells the head dimension. Book: chapter 6.
+    ``partial_rotary_factor`` inside the dict, or one such dict per layer type), transformers 4's
+    ``config.rope_theta`` + ``config.rope_scaling`` (legacy key ``"type"``, early Phi-3's ``"su"``) +
+    ``config.partial_rotary_factor``, and GPT-NeoX's older ``rotary_emb_base``/``rotary_pct``.
+
+    Models with local and global attention layers set RoPE per layer type: Gemma 3 (sliding layers:
+    ``rope_local_base_freq``, no scaling; full layers: ``rope_theta`` and ``rope_scaling``),
+    ModernBERT (``local_rope_theta``, ``global_rope_theta``, ``rope_scaling`` on both), Gemma 4
+    (``rope_parameters`` keyed by layer type; full layers: ``proportional``, their own
+    ``global_head_dim``). For them ``layer_type`` (``"sliding_attention"`` or ``"full_attention"``)
+    is required, and a ``ValueError`` names the layer types without it.
+
+    The pairing is read from the config: DeepSeek's ``rope_interleave: true`` and the families whose
+    transformers code rotates ``(2i, 2i + 1)`` (:data:`INTERLEAVED_MODEL_TYPES`: GPT-J, CodeGen,
+    Cohere, GLM) are ``"interleaved"``, the rest ``"half"``. The top-level ``max_position_embeddings``
+    and ``original_max_position_embeddings`` are copied into the spec where its type needs them, so
+    that ``apply_rope(x, p, base=s.base, scaling=s.scaling, pairing=s.pairing)`` and
+    ``RotaryEmbedding`` reproduce the model with its FULL head dimension (a partial rotation is the
+    spec's ``partial_rotary_factor``). The result is validated when the config tells the head
+    dimension (then ``head_dim`` is set). Book: chapter 6.
 
     Example::
 
         base, scaling, fraction = posenc.rope_settings(transformers.LlamaConfig())
+        local = posenc.rope_settings(gemma3_config, layer_type="sliding_attention")
     """
     if not isinstance(config, Mapping) and not hasattr(config, "__dict__"):
         raise TypeError(f"config must be a transformers config or a config.json dict, got {type(config).__name__}")
+    if layer_type is not None and not isinstance(layer_type, str):
+        raise TypeError(f"layer_type must be a str or None, got {layer_type!r} ({type(layer_type).__name__})")
+    rope_keys = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base")
+    if _get(config, "text_config") is not None and all(_get(config, key) is None for key in rope_keys):
+        config = _get(config, "text_config")  # multimodal wrappers (Gemma 3, Qwen2-VL): RoPE is the text model's
     params = _get(config, "rope_parameters")
     if params is None:
         params = _get(config, "rope_scaling")
     if params is not None and not isinstance(params, Mapping):
         raise TypeError(f"rope_parameters / rope_scaling must be a dict or None, got {type(params).__name__}")
-    params = dict(params or {})
-    if params.get("type") == "su":  # early Phi-3 config.json files; transformers reads "su" as longrope
-        params["type"] = "longrope"
-    if any(isinstance(v, Mapping) for v in params.values()):
-        raise ValueError(f"per-layer rope_parameters (keys {sorted(params)}) are not supported; pass one layer's dict")
+    params, layer_type = _layer_params(config, dict(params or {}), layer_type)
     for top, names in (
         ("rope_theta", ("rope_theta", "rotary_emb_base")),
         ("partial_rotary_factor", ("partial_rotary_factor", "rotary_pct")),
     ):
-        if params.get(top) is None:
+        if params.get(top) is None and layer_type is None:
             found = [_get(config, name) for name in names if _get(config, name) is not None]
             if found:
                 params[top] = found[0]
     base = params.pop("rope_theta", None)
-    fraction = params.pop("partial_rotary_factor", None)
-    rope_type = params.pop("type", None)
-    params["rope_type"] = params.get("rope_type") or rope_type or "default"
-    if rope_type is not None and rope_type != params["rope_type"]:
-        raise ValueError(f"rope_scaling['type'] = {rope_type!r} and ['rope_type'] = {params['rope_type']!r} disagree")
-    max_pos, original = _get(config, "max_position_embeddings"), _get(config, "original_max_position_embeddings")
-    kind = params["rope_type"]
-    if kind == "dynamic" and max_pos is not None:
-        params["original_max_position_embeddings"] = max_pos  # transformers' dynamic NTK reads only this one
-    if kind in ("yarn", "llama3", "longrope") and original is not None:
-        params["original_max_position_embeddings"] = original  # transformers: the top-level value wins
-    if kind in ("yarn", "llama3", "longrope") and params.get("original_max_position_embeddings") is None:
-        params["original_max_position_embeddings"] = max_pos  # transformers' fallback
-    if kind in ("longrope", "yarn") and params.get("factor") is None and max_pos is not None:
-        params["max_position_embeddings"] = max_pos
-    if kind == "proportional":
-        params["partial_rotary_factor"] = fraction
-        fraction = None
     base = DEFAULT_BASE if base is None else check_real("rope_theta", base, greater_than=1.0)
-    head_dim = _get(config, "qk_rope_head_dim") or _get(config, "head_dim")  # DeepSeek: the rotated part
-    width = _get(config, "hidden_size") or _get(config, "n_embd")  # config.json of GPT-J/GPT-2 style: n_embd, n_head
-    heads = _get(config, "num_attention_heads") or _get(config, "n_head")
-    if head_dim is None and width and heads:
-        head_dim = width // heads
+    fraction = params.pop("partial_rotary_factor", None)
+    spec_class = _spec_class(params)
+    fields = {field.name for field in dataclasses.fields(spec_class)}
+    max_pos, original = _get(config, "max_position_embeddings"), _get(config, "original_max_position_embeddings")
+    if spec_class.original_is_max_position and max_pos is not None:
+        params["original_max_position_embeddings"] = max_pos  # transformers' dynamic NTK reads only this one
+    elif "original_max_position_embeddings" in fields and original is not None:
+        params["original_max_position_embeddings"] = original  # transformers: the top-level value wins
+    if "original_max_position_embeddings" in fields and params.get("original_max_position_embeddings") is None:
+        params["original_max_position_embeddings"] = max_pos  # transformers' fallback
+    if "max_position_embeddings" in fields and params.get("factor") is None and max_pos is not None:
+        params["max_position_embeddings"] = max_pos
+    head_dim = _head_dim(config, layer_type)
     rotary_dim = _get(config, "rotary_dim")  # GPT-J, CodeGen: the number of rotated features per head
     if rotary_dim is not None:
         rotary_dim = check_int("rotary_dim", rotary_dim, minimum=2)
@@ -522,9 +745,9 @@ def rope_settings(config: object) -> RopeSettings:
                 f"rotary_dim = {rotary_dim} and partial_rotary_factor = {fraction} disagree for head dim {head_dim}"
             )
         fraction = rotary_dim / head_dim
-    fraction = 1.0 if fraction is None else check_real("partial_rotary_factor", fraction, greater_than=0.0)
-    if fraction != 1.0:
-        params["partial_rotary_factor"] = fraction  # GPT-NeoX: pass the FULL head_dim, the dict says how much rotates
+    if fraction is not None and fraction != 1.0:
+        params["partial_rotary_factor"] = fraction  # pass the FULL head_dim, the spec says how much rotates
+    spec = RopeScaling.from_dict(params)
     if head_dim is not None:  # validate now, so that a bad config fails here and names its key
-        _resolve(head_dim, base, params)
-    return RopeSettings(base, params, fraction)
+        head_dim = spec.check_head_dim(head_dim)
+    return RopeSettings(base, spec, spec.partial_rotary_factor, _pairing(config), layer_type, head_dim)

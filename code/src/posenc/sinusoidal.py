@@ -22,16 +22,25 @@ from torch import Tensor
 
 from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype, has_values
 
-__all__ = ["shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
+__all__ = ["frequencies", "shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
 
 
-def _frequencies(
+def frequencies(
     dim: int, base: float | Tensor, dtype: torch.dtype = torch.float32, *, divided_by: float | Tensor | None = None
 ) -> Tensor:
-    """Unchecked kernel of :func:`sinusoid_frequencies`: ``1 / (divided_by * base^(2i/d))``.
+    r"""The frequency formula :math:`\theta_i = 1 / (\text{divided\_by} \cdot \text{base}^{2i/d})`, unchecked.
+
+    The one home of :math:`\theta_i` in posenc: :func:`sinusoid_frequencies` (checked, float64 by
+    default), every RoPE scaling spec of :mod:`posenc.rope_scaling`, xPos, M-RoPE and p-RoPE build on
+    it. A public kernel without checks, like ``torch.nn.functional`` beneath ``torch.nn``: ``dim``
+    must be an even int >= 2 and ``base`` > 1 (the callers' entry points check that).
 
     ``base`` may be a 0-d tensor (dynamic NTK's grown base); ``divided_by`` (a scalar or a ``(d/2,)``
-    tensor) divides the frequencies inside the reciprocal, as YaRN and LongRoPE write it in transformers.
+    tensor) divides the frequencies inside the reciprocal, as YaRN and LongRoPE write it in
+    transformers. Float32 results are bit-identical to transformers' ``inv_freq``.
+
+    Shapes:
+        returns ``(d/2,)`` in ``dtype``.
     """
     # 1 / base^(2i/d), written exactly as transformers' modeling_rope_utils writes it, so that the
     # float32 result is bit-identical to its inv_freq (RoPE rotates by these frequencies).
@@ -58,7 +67,7 @@ def sinusoid_frequencies(dim: int, *, base: float = 10000.0, dtype: torch.dtype 
     dim = check_even_dim("dim", dim)
     base = check_real("base", base, greater_than=1.0)
     dtype = float_dtype("dtype", dtype)
-    return _frequencies(dim, base, dtype)
+    return frequencies(dim, base, dtype)
 
 
 def sinusoidal_encoding(
@@ -80,7 +89,7 @@ def sinusoidal_encoding(
     dim = check_even_dim("dim", dim)
     base = check_real("base", base, greater_than=1.0)
     dtype = float_dtype("dtype", dtype)
-    omega = _frequencies(dim, base, torch.float64).to(positions.device)  # (d/2,)
+    omega = frequencies(dim, base, torch.float64).to(positions.device)  # (d/2,)
     angles = positions.to(torch.float64)[..., None] * omega  # (..., d/2)
     table = torch.stack((angles.sin(), angles.cos()), dim=-1)  # (..., d/2, 2): (sin, cos) per pair
     return table.flatten(-2).to(dtype)  # (..., d): sin at 2i, cos at 2i+1

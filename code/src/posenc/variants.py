@@ -46,9 +46,10 @@ import math
 import torch
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_real, check_tensor, has_values
+from posenc._checks import check_even_dim, check_int, check_real, check_tensor, has_values
 from posenc.models import InterleavedRoPE, TinyTransformer, irope_layers
-from posenc.rope import rope_cos_sin, rope_rotate
+from posenc.rope import apply_rope
+from posenc.rope_scaling import Proportional
 
 __all__ = [
     "FIREBias",
@@ -68,39 +69,39 @@ __all__ = [
 # ---- p-RoPE ----------------------------------------------------------------------------------------
 
 
+def _p_rope_spec(p: object) -> Proportional:
+    p = check_real("p", p)
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    return Proportional(partial_rotary_factor=p)
+
+
 def p_rope_inv_freq(head_dim: int, *, p: float, base: float = 10000.0) -> Tensor:
     r"""p-RoPE's frequencies: :math:`\theta_i = \text{base}^{-2i/d}` for the first ``floor(p d/2)`` pairs, 0 after.
 
-    A pair with frequency 0 is never rotated: it carries content only (arXiv:2410.06205).
+    A pair with frequency 0 is never rotated: it carries content only (arXiv:2410.06205). This is
+    transformers' ``proportional`` RoPE type, :class:`posenc.rope_scaling.Proportional` with
+    ``partial_rotary_factor = p`` (Gemma 4's global layers: ``p = 0.25``).
 
     Shapes:
         returns ``(d/2,)`` float32.
     """
-    head_dim = check_int("head_dim", head_dim, minimum=2)
-    if head_dim % 2:
-        raise ValueError(f"head_dim must be even, got {head_dim}")
-    p = check_real("p", p)
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p}")
+    head_dim = check_even_dim("head_dim", head_dim)
+    spec = _p_rope_spec(p)
     base = check_real("base", base, greater_than=1.0)
-    theta = 1.0 / base ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim)  # (d/2,)
-    kept = math.floor(p * head_dim / 2)
-    theta[kept:] = 0.0  # the slowest pairs: not rotated
-    return theta
+    return spec.inv_freq(head_dim, base)
 
 
 def apply_p_rope(x: Tensor, positions: Tensor, *, p: float, base: float = 10000.0) -> Tensor:
     """Rotate ``x`` by p-RoPE (pairs ``(i, i + d/2)``): RoPE on the fast pairs, the slow pairs unchanged.
 
+    :func:`posenc.apply_rope` with the ``proportional`` spec of :func:`p_rope_inv_freq`.
+
     Shapes:
         x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers >= 0; returns ``(b, h, s, d)``.
     """
     check_tensor("x", x, ndim=4, floating=True)
-    theta = p_rope_inv_freq(x.shape[-1], p=p, base=base)
-    cos, sin = rope_cos_sin(positions, theta.to(positions.device), dtype=x.dtype)  # ([b,] s, d/2)
-    if cos.dim() == 3:
-        cos, sin = cos[:, None], sin[:, None]  # (b, 1, s, d/2)
-    return rope_rotate(x, cos.to(x.device), sin.to(x.device), pairing="half")  # (b, h, s, d)
+    return apply_rope(x, positions, base=check_real("base", base, greater_than=1.0), scaling=_p_rope_spec(p))
 
 
 # ---- Interleaved NoPE layers (Llama 4) --------------------------------------------------------------

@@ -45,13 +45,14 @@ Shapes:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor
 
 from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype, has_values
-from posenc.rope import _broadcastable, _check_pairing, _check_positions_for, _cos_sin, _rotate
-from posenc.sinusoidal import _frequencies
+from posenc.rope import check_pairing, check_positions, cos_sin, rotate
+from posenc.rope_scaling import RopeScaling, rope_spec
 
 __all__ = ["XPOS_ROLES", "apply_xpos", "xpos_zeta"]
 
@@ -98,7 +99,8 @@ def apply_xpos(
     positions: Tensor,
     *,
     role: str,
-    base: float = 10000.0,
+    base: float | None = None,
+    scaling: RopeScaling | Mapping | None = None,
     gamma: float = DEFAULT_GAMMA,
     scale_base: float = DEFAULT_SCALE_BASE,
     center: int = 0,
@@ -114,20 +116,28 @@ def apply_xpos(
     on the length, so a decode step (one position) equals the last row of the full pass.
 
     Angles and scales are computed in float32 (float64 for float64 input) and rounded once to ``x``'s
-    dtype. Chapter 7 (arXiv:2212.10554).
+    dtype. Chapter 7 (arXiv:2212.10554). The rotation's frequencies are RoPE's (``base``, default
+    10000), or those of a RoPE scaling spec (``scaling``, as for :func:`posenc.apply_rope`; it must
+    rotate the whole head, and its attention scale multiplies cos and sin).
 
     Shapes:
         x ``(b, h, s, d)``; positions ``(s,)`` or ``(b, s)`` integers >= 0; returns ``(b, h, s, d)``.
     """
     check_tensor("x", x, ndim=4, floating=True)
     role = _check_role(role)
-    pairing = _check_pairing(pairing)
+    pairing = check_pairing(pairing)
     head_dim = check_even_dim("head_dim (x.shape[-1])", x.shape[-1])
-    base = check_real("base", base, greater_than=1.0)
+    spec, base = rope_spec(scaling, base=base)
+    spec.check_head_dim(head_dim)
+    if spec.rotary_dim(head_dim) != head_dim:
+        raise ValueError(
+            f"xPos scales every pair: scaling must rotate the whole head, got partial_rotary_factor = "
+            f"{spec.partial_rotary_factor:g}"
+        )
     gamma = check_real("gamma", gamma, greater_than=0.0)
     scale_base = check_real("scale_base", scale_base, greater_than=0.0)
     center = check_int("center", center)
-    positions = _check_positions_for(x, positions)
+    positions = check_positions(x, positions)
 
     zeta = _zeta(head_dim, gamma)  # (d/2,) float64
     if has_values(positions):  # (a meta tensor has no values to check)
@@ -141,9 +151,11 @@ def apply_xpos(
             )
 
     compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-    cos, sin = _cos_sin(positions, _frequencies(head_dim, base).to(x.device), 1.0, compute)  # (..., s, d/2)
+    seq_len = int(positions.max()) + 1 if has_values(positions) else None  # dynamic NTK, LongRoPE read it
+    inv_freq = spec.inv_freq(head_dim, base, seq_len).to(x.device)  # (d/2,)
+    cos, sin = cos_sin(positions, inv_freq, spec.attention_scale(seq_len), compute)  # (..., s, d/2)
     sign = 1.0 if role == "query" else -1.0
     exponent = sign * (positions - center).to(compute)[..., None] / scale_base  # (..., s, 1): +-(p - c) / kappa
     scale = (exponent * zeta.log().to(compute).to(x.device)).exp()  # (..., s, d/2): zeta_i ** exponent
     cos, sin = (cos * scale).to(x.dtype), (sin * scale).to(x.dtype)  # a rotation times a scale, per pair
-    return _rotate(x, _broadcastable(cos), _broadcastable(sin), pairing)  # (b, h, s, d)
+    return rotate(x, cos, sin, pairing)  # (b, h, s, d)
