@@ -1,4 +1,4 @@
-"""Benchmark: RoPE on q and k of shape (1, 8, 4096, 128), float32, one thread (book chapter 6).
+"""Benchmark: RoPE on q and k of shape (1, 8, 4096, 128), float32, one thread (chapter 6, ``book/06_rope.ipynb``).
 
 Compared in one run:
   * posenc.RotaryEmbedding.forward, eager (the readable formula, pairing="half" and "interleaved")

@@ -293,21 +293,9 @@ OUTSIDE_POSENC = sorted(
         ROOT / "README.md",
     ]
 )
-# benchmarks/rope.py is rewritten on the branch that owns it (issue 25); until then its "chapter 5" is stale.
-STALE_ELSEWHERE = {"benchmarks/rope.py"}
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(strict=True, reason="stale, fixed on its own branch"))
-        if str(p.relative_to(ROOT)) in STALE_ELSEWHERE
-        else p
-        for p in OUTSIDE_POSENC
-        if p.is_file()
-    ],
-    ids=lambda p: str(p.relative_to(ROOT)),
-)
+@pytest.mark.parametrize("path", [p for p in OUTSIDE_POSENC if p.is_file()], ids=lambda p: str(p.relative_to(ROOT)))
 def test_extensions_benchmarks_tools_and_readme_name_chapters_with_their_files(path):
     problems = chapter_reference_problems(path.relative_to(ROOT), path.read_text(), every_number_names_its_file=True)
     assert not problems, "\n".join(problems)

@@ -186,3 +186,12 @@ def test_concatenated_layout_of_fairseq_m2m100_is_a_permutation_with_another_bas
 def test_bad_arguments_raise_clear_errors(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()
+
+
+def test_sinusoidal_encoding_refuses_integer_positions_that_float64_would_round():
+    # 2**53 + 1 rounds to 2**53 in float64: the two would share an encoding, a silent wrong answer
+    limit = 2**53
+    assert sinusoidal_encoding(torch.tensor([limit, -limit]), 8).shape == (2, 8)
+    for position in (limit + 1, -(limit + 1), 2**62):
+        with pytest.raises(ValueError, match=r"positions must be <= 2\*\*53"):
+            sinusoidal_encoding(torch.tensor([0, position]), 8)

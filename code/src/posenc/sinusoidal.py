@@ -20,7 +20,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc._checks import check_even_dim, check_int, check_real, check_tensor, float_dtype, has_values
+from posenc._checks import (
+    check_even_dim,
+    check_exact_positions,
+    check_int,
+    check_real,
+    check_tensor,
+    float_dtype,
+    has_values,
+)
 
 __all__ = ["frequencies", "shift_matrix", "sinusoid_frequencies", "sinusoidal_encoding", "sinusoidal_table"]
 
@@ -86,6 +94,7 @@ def sinusoidal_encoding(
         raise TypeError(f"positions must be an integer or real tensor, got {positions.dtype}")
     if positions.is_floating_point() and has_values(positions) and not bool(positions.isfinite().all()):
         raise ValueError(f"positions must be finite, got {positions[~positions.isfinite()].flatten()[0].item()}")
+    check_exact_positions("positions", positions, torch.float64)  # integers past 2**53 would round
     dim = check_even_dim("dim", dim)
     base = check_real("base", base, greater_than=1.0)
     dtype = float_dtype("dtype", dtype)
