@@ -210,68 +210,72 @@ def _format(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.6f}"
 
 
-def record(config: dict, task: str) -> None:
-    """Train and evaluate every scheme and seed of one task; write ``parts/<task>.csv`` and ``.json``."""
+def part_path(task: str, scheme: str, suffix: str) -> Path:
+    return OUT / "parts" / f"{task}-{scheme}.{suffix}"
+
+
+def record(config: dict, task: str, scheme: str) -> None:
+    """Train and evaluate one arm (a task and a scheme) on every seed; write its part (csv and json).
+
+    An arm whose part is already written is skipped (a stopped run resumes); each model depends on its
+    seed only, so arms can run in any order or in separate processes and give the same record.
+    """
+    if part_path(task, scheme, "json").exists():
+        print(f"{task} {scheme}: already recorded", flush=True)
+        return
     torch.set_num_threads(1)
     (OUT / "parts").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    checkpoints, losses, timings = {}, {}, {}
-    with open(OUT / "parts" / f"{task}.csv", "w", newline="") as handle:
+    checkpoints, losses, timings, rows = {}, {}, {}, []
+    for seed in config["seeds"]:
+        tick = time.perf_counter()
+        model, loss = fit(config, scheme, task, seed)
+        trained = time.perf_counter() - tick
+        for row in evaluate(config, model, scheme, task):
+            rows.append({"scheme": scheme, "task": task, "seed": seed, **row, "accuracy": _format(row["accuracy"])})
+        key = f"{task}/{scheme}/{seed}"
+        losses[key] = round(loss, 6)
+        timings[key] = {"train_s": round(trained, 2), "eval_s": round(time.perf_counter() - tick - trained, 2)}
+        if seed in config["checkpoint_seeds"]:
+            path = checkpoint_path(task, scheme, seed)
+            save_checkpoint(model, path)
+            reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed), scheme, task)
+            checkpoints[key] = {
+                "path": str(path.relative_to(HERE.parent)),
+                "bytes": path.stat().st_size,
+                "accuracy": [_format(r["accuracy"]) for r in reloaded],
+            }
+        print(f"[{time.perf_counter() - started:6.0f} s] {task} {scheme} seed {seed}: loss {loss:.3f}", flush=True)
+    with open(part_path(task, scheme, "csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()
-        # seeds outermost: a run stopped early still holds complete, paired seeds
-        for seed in config["seeds"]:
-            if True:  # one task per process (the tasks are independent: each model has its own seed)
-                for scheme in config["schemes"]:
-                    tick = time.perf_counter()
-                    model, loss = fit(config, scheme, task, seed)
-                    trained = time.perf_counter() - tick
-                    rows = evaluate(config, model, scheme, task)
-                    for row in rows:
-                        writer.writerow(
-                            {"scheme": scheme, "task": task, "seed": seed, **row, "accuracy": _format(row["accuracy"])}
-                        )
-                    handle.flush()
-                    key = f"{task}/{scheme}/{seed}"
-                    losses[key] = round(loss, 6)
-                    timings[key] = {
-                        "train_s": round(trained, 2),
-                        "eval_s": round(time.perf_counter() - tick - trained, 2),
-                    }
-                    if seed in config["checkpoint_seeds"]:
-                        path = checkpoint_path(task, scheme, seed)
-                        save_checkpoint(model, path)
-                        reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed), scheme, task)
-                        checkpoints[key] = {
-                            "path": str(path.relative_to(HERE.parent)),
-                            "bytes": path.stat().st_size,
-                            "accuracy": [_format(r["accuracy"]) for r in reloaded],
-                        }
-                    print(
-                        f"[{time.perf_counter() - started:7.0f} s] seed {seed} {task:18s} {scheme:10s} "
-                        f"loss {loss:.3f} ({trained:.1f} s)",
-                        flush=True,
-                    )
-    total = time.perf_counter() - started
+        writer.writerows(rows)
     part = {
         "task": task,
+        "scheme": scheme,
         "git_commit": git_commit(),
-        "total_seconds": round(total, 1),
+        "total_seconds": round(time.perf_counter() - started, 1),
         "final_loss": losses,
         "timings": timings,
         "checkpoints": checkpoints,
     }
-    (OUT / "parts" / f"{task}.json").write_text(json.dumps(part, indent=1) + "\n")
-    print(f"{task}: recorded in {total:.0f} s")
+    part_path(task, scheme, "json").write_text(json.dumps(part, indent=1) + "\n")
 
 
 def merge(config: dict) -> None:
-    """Join the tasks' parts into ``results.csv`` and ``record.json`` (config, versions, timings)."""
-    rows, parts = [], []
+    """Join the recorded arms into ``results.csv`` and ``record.json`` (config, versions, timings).
+
+    Arms of the config without a part are listed in ``record.json`` as ``"missing_arms"``.
+    """
+    rows, parts, missing = [], [], []
     for task in config["tasks"]:
-        with open(OUT / "parts" / f"{task}.csv", newline="") as handle:
-            rows.extend(csv.DictReader(handle))
-        parts.append(json.loads((OUT / "parts" / f"{task}.json").read_text()))
+        for scheme in config["schemes"]:
+            if not part_path(task, scheme, "json").exists():
+                missing.append(f"{task}/{scheme}")
+                continue
+            with open(part_path(task, scheme, "csv"), newline="") as handle:
+                rows.extend(csv.DictReader(handle))
+            parts.append(json.loads(part_path(task, scheme, "json").read_text()))
     with open(OUT / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()
@@ -285,14 +289,15 @@ def merge(config: dict) -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "threads_per_process": 1,
-        "seconds_per_task": {part["task"]: part["total_seconds"] for part in parts},
+        "missing_arms": missing,
+        "seconds_per_arm": {f"{p['task']}/{p['scheme']}": p["total_seconds"] for p in parts},
         "final_loss": {k: v for part in parts for k, v in part["final_loss"].items()},
         "timings": {k: v for part in parts for k, v in part["timings"].items()},
         "checkpoints": checkpoints,
         "checkpoint_bytes": sum(c["bytes"] for c in checkpoints.values()),
     }
     (OUT / "record.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"merged {len(rows)} rows; checkpoints {meta['checkpoint_bytes'] / 1e6:.2f} MB")
+    print(f"merged {len(rows)} rows, {len(missing)} arms missing; checkpoints {meta['checkpoint_bytes'] / 1e6:.2f} MB")
 
 
 def check(config: dict) -> int:
@@ -319,12 +324,21 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--record", action="store_true", help="train everything and write experiments/lab/")
     action.add_argument("--merge", action="store_true", help="join the tasks' parts into results.csv, record.json")
     action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
-    parser.add_argument("--task", choices=tuple(CONFIG["tasks"]), help="--record only this task (one process each)")
+    parser.add_argument(
+        "--arm",
+        nargs=2,
+        action="append",
+        metavar=("TASK", "SCHEME"),
+        help="--record only this arm (repeatable; default: every task and scheme of CONFIG, in order)",
+    )
     args = parser.parse_args(argv)
     if args.record:
-        for task in [args.task] if args.task else CONFIG["tasks"]:
-            record(CONFIG, task)
-        if not args.task:
+        arms = args.arm or [(task, scheme) for task in CONFIG["tasks"] for scheme in CONFIG["schemes"]]
+        for task, scheme in arms:
+            if task not in CONFIG["tasks"] or scheme not in CONFIG["schemes"]:
+                parser.error(f"--arm {task} {scheme}: not a task and scheme of CONFIG")
+            record(CONFIG, task, scheme)
+        if not args.arm:
             merge(CONFIG)
         return 0
     if args.merge:

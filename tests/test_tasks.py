@@ -322,7 +322,7 @@ from posenc.tasks import MARKER, TASKS, marker_recall_batch  # noqa: E402
 
 def test_marker_recall_puts_one_marker_and_asks_for_the_token_after_it_from_two_places_on():
     tokens, targets, mask = marker_recall_batch(torch.Generator().manual_seed(0), 64, 12, vocab_size=VOCAB)
-    assert TASKS == ("lag_copy", "marker_recall") and MARKER == 0
+    assert TASKS[:2] == ("lag_copy", "marker_recall") and MARKER == 0
     assert ((tokens == MARKER).sum(1) == 1).all()  # exactly one marker per row
     where = (tokens == MARKER).int().argmax(1)  # (b,)
     assert int(where.max()) <= 12 - 2 and len(set(where.tolist())) > 5  # drawn over [0, s - 2]
