@@ -321,12 +321,60 @@ def check(config: dict) -> int:
     return failures
 
 
+def load_results(path: Path | None = None) -> dict[tuple[str, str, int, int], tuple[int, float]]:
+    """``results.csv`` of the position tasks as ``{(task, scheme, lo, seed): (hi, accuracy)}`` (NaN: no vector)."""
+    out = {}
+    with open(path or OUT / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["kind"] == "band":
+                accuracy = float(row["accuracy"]) if row["accuracy"] else math.nan
+                out[row["task"], row["scheme"], int(row["lo"]), int(row["seed"])] = (int(row["hi"]), accuracy)
+    return out
+
+
+#: the paired comparisons printed by --verdicts: (task, scheme A, scheme B)
+COMPARISONS = [
+    ("marker_recall", "alibi", "rope"),
+    ("marker_recall", "alibi", "none"),
+    ("marker_recall", "rope", "none"),
+    ("marker_recall", "t5", "alibi"),
+    *[("lag_copy", scheme, "none") for scheme in POSITION_SCHEMES if scheme != "none"],
+    ("lag_copy", "alibi", "rope"),
+    ("lag_copy", "rope", "t5"),
+    ("lag_copy", "shaw", "rope"),
+    ("lag_copy", "t5", "alibi"),
+]
+
+
+def verdicts(config: dict) -> list[tuple[str, str, str, int, int, str]]:
+    """Paired t comparisons (95 %, 5 seeds) of :data:`COMPARISONS` in every band; arms not recorded are skipped."""
+    from posenc.stats import paired_comparison
+
+    results = load_results()
+    lines = []
+    for task, a, b in COMPARISONS:
+        for lo, hi in bands(config):
+            keys_a = [(task, a, lo, seed) for seed in config["seeds"]]
+            keys_b = [(task, b, lo, seed) for seed in config["seeds"]]
+            if not all(k in results for k in keys_a + keys_b):
+                continue
+            values_a = [results[k][1] for k in keys_a]
+            values_b = [results[k][1] for k in keys_b]
+            if any(math.isnan(v) for v in values_a + values_b):
+                lines.append((task, a, b, lo, hi, "no vector (a learned table has no row here)"))
+                continue
+            result = paired_comparison(values_a, values_b, names=(a, b))
+            lines.append((task, a, b, lo, hi, result.summary(percent=True)))
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--record", action="store_true", help="train everything and write experiments/lab/")
     action.add_argument("--merge", action="store_true", help="join the tasks' parts into results.csv, record.json")
     action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
+    action.add_argument("--verdicts", action="store_true", help="print the paired-seed verdicts of results.csv")
     parser.add_argument(
         "--arm",
         nargs=2,
@@ -346,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.merge:
         merge(CONFIG)
+        return 0
+    if args.verdicts:
+        for task, a, b, lo, hi, line in verdicts(CONFIG):
+            print(f"{task:14s} m in [{lo:3d}, {hi:3d}) {a} vs {b}: {line}")
         return 0
     return 1 if check(CONFIG) else 0
 

@@ -8,8 +8,9 @@ The package behind the book *트랜스포머의 위치 인코딩*. Conventions u
   are the last ``s_q`` of ``s_k`` positions): see :mod:`posenc.positions`.
 """
 
-from posenc import tasks
+from posenc import analysis, stats, tasks
 from posenc.alibi import alibi_bias, alibi_slopes
+from posenc.analysis import alias_distance, carrying_pairs, rope_pair_logits
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
 from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device, with_rope_scaling
@@ -36,6 +37,7 @@ from posenc.rope import (
 )
 from posenc.rope_scaling import ROPE_SCALINGS, RopeSettings, rope_settings
 from posenc.sinusoidal import shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc.stats import PairedComparison, paired_comparison, paired_comparisons
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
@@ -47,20 +49,27 @@ __all__ = [
     "ROPE_TYPES",
     "XPOS_ROLES",
     "LearnedPositionalEmbedding",
+    "PairedComparison",
     "RopeSettings",
     "RotaryEmbedding",
     "T5RelativeBias",
     "TinyTransformer",
+    "alias_distance",
     "alibi_bias",
     "alibi_slopes",
+    "analysis",
     "apply_rope",
     "apply_xpos",
+    "carrying_pairs",
     "causal_mask",
     "default_device",
+    "paired_comparison",
+    "paired_comparisons",
     "relative_positions",
     "resolve_offset",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_pair_logits",
     "rope_rotate",
     "rope_rotate_reference",
     "rope_settings",
@@ -72,6 +81,7 @@ __all__ = [
     "sinusoid_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_table",
+    "stats",
     "t5_relative_bucket",
     "tasks",
     "tensor_memory_peak",
