@@ -322,7 +322,7 @@ from posenc.tasks import MARKER, TASKS, marker_recall_batch  # noqa: E402
 
 def test_marker_recall_puts_one_marker_and_asks_for_the_token_after_it_from_two_places_on():
     tokens, targets, mask = marker_recall_batch(torch.Generator().manual_seed(0), 64, 12, vocab_size=VOCAB)
-    assert TASKS == ("lag_copy", "marker_recall") and MARKER == 0
+    assert TASKS[:2] == ("lag_copy", "marker_recall") and MARKER == 0
     assert ((tokens == MARKER).sum(1) == 1).all()  # exactly one marker per row
     where = (tokens == MARKER).int().argmax(1)  # (b,)
     assert int(where.max()) <= 12 - 2 and len(set(where.tolist())) > 5  # drawn over [0, s - 2]
@@ -400,5 +400,257 @@ def test_a_model_learns_marker_recall_with_train():
     ],
 )
 def test_marker_recall_validates_its_arguments(call, error, pattern):
+    with pytest.raises(error, match=pattern):
+        call()
+
+
+# ---- content retrieval: associative recall and the passkey ----------------------------------------------
+from posenc.tasks import (  # noqa: E402
+    PASSKEY_QUERY,
+    associative_recall_batch,
+    associative_recall_vocabulary,
+    passkey_accuracy,
+    passkey_batch,
+    passkey_vocabulary,
+)
+
+
+def test_tasks_list_the_content_retrieval_tasks():
+    assert TASKS == ("lag_copy", "marker_recall", "associative_recall", "passkey")
+
+
+def test_associative_recall_targets_are_the_value_of_each_queried_key():
+    keys, values = associative_recall_vocabulary(16)
+    assert (keys, values) == (range(8), range(8, 16))
+    tokens, targets, mask = associative_recall_batch(torch.Generator().manual_seed(0), 64, 20, vocab_size=16)
+    assert tokens.shape == targets.shape == mask.shape == (64, 20) and tokens.dtype == torch.int64
+    for row in range(64):
+        pairs = tokens[row, :8].tolist()
+        row_keys, row_values = pairs[0::2], pairs[1::2]
+        assert len(set(row_keys)) == 4 and all(k in keys for k in row_keys)  # 4 distinct keys
+        assert all(v in values for v in row_values)
+        lookup = dict(zip(row_keys, row_values, strict=True))
+        for m in range(20):
+            if m < 8:
+                assert not mask[row, m] and targets[row, m] == IGNORE_INDEX
+            else:
+                query = int(tokens[row, m])
+                assert mask[row, m] and query in lookup  # a key of this row
+                assert int(targets[row, m]) == lookup[query]
+    # the queries are spread over the pairs, not always the first one
+    first_key = tokens[:, :1]
+    assert 0.15 < (tokens[:, 8:] == first_key).float().mean() < 0.35
+
+
+def test_associative_recall_is_determined_by_its_generator():
+    one = associative_recall_batch(torch.Generator().manual_seed(3), 8, 12, vocab_size=10, num_pairs=2)
+    two = associative_recall_batch(torch.Generator().manual_seed(3), 8, 12, vocab_size=10, num_pairs=2)
+    other = associative_recall_batch(torch.Generator().manual_seed(4), 8, 12, vocab_size=10, num_pairs=2)
+    assert all(torch.equal(x, y) for x, y in zip(one, two, strict=True))
+    assert not torch.equal(one[0], other[0])
+    assert not one[2][:, :4].any() and one[2][:, 4:].all()  # 2 pairs: targets from position 4
+
+
+def _passkey_parts(tokens, key_length):
+    """Independent reading of one passkey row: marker place, key, query place."""
+    row = tokens.tolist()
+    assert row.count(MARKER) == 1 and row.count(PASSKEY_QUERY) == 1
+    p, q = row.index(MARKER), row.index(PASSKEY_QUERY)
+    return p, row[p + 1 : p + 1 + key_length], q
+
+
+@pytest.mark.parametrize("depth", [None, 0, 5, 14])
+def test_passkey_hides_the_key_at_its_depth_and_asks_for_it_at_the_end(depth):
+    digits, filler = passkey_vocabulary(16)
+    assert (digits, filler) == (range(2, 9), range(9, 16))
+    length, k = 22, 3
+    tokens, targets, mask = passkey_batch(
+        torch.Generator().manual_seed(1), 32, length, vocab_size=16, key_length=k, depth=depth
+    )
+    assert tokens.shape == targets.shape == mask.shape == (32, length)
+    places = set()
+    for row in range(32):
+        p, key, q = _passkey_parts(tokens[row], k)
+        places.add(p)
+        assert q == length - k - 1 and (depth is None or p == depth) and p + k < q
+        assert len(set(key)) == k and all(d in digits for d in key)  # distinct digits
+        assert tokens[row, q + 1 :].tolist() == key  # the answer, teacher-forced
+        expected = [IGNORE_INDEX] * length
+        expected[q : q + k] = key  # d_1 at the query, then d_{j+1} at q + j
+        assert targets[row].tolist() == expected
+        assert mask[row].tolist() == [x != IGNORE_INDEX for x in expected]
+        rest = [t for m, t in enumerate(tokens[row].tolist()) if not (p <= m <= p + k or m >= q)]
+        assert all(t in filler for t in rest)
+    if depth is None:  # drawn over [0, s - 2k - 2]
+        assert len(places) > 5 and max(places) <= length - 2 * k - 2
+
+
+def test_passkey_is_determined_by_its_generator():
+    one = passkey_batch(torch.Generator().manual_seed(2), 4, 16, vocab_size=12)
+    two = passkey_batch(torch.Generator().manual_seed(2), 4, 16, vocab_size=12)
+    assert all(torch.equal(x, y) for x, y in zip(one, two, strict=True))
+    assert not torch.equal(one[0], passkey_batch(torch.Generator().manual_seed(3), 4, 16, vocab_size=12)[0])
+
+
+class PasskeyOracle(nn.Module):
+    """Answers the passkey by reading the key after the marker; wrong when the marker is deeper than ``up_to``."""
+
+    def __init__(self, vocab_size: int, key_length: int, up_to: int | None = None):
+        super().__init__()
+        self.vocab_size, self.key_length, self.up_to = vocab_size, key_length, up_to
+        self.unused = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens):
+        b, s = tokens.shape
+        answer = torch.zeros(b, s, dtype=torch.long)
+        for row in range(b):
+            p, key, q = _passkey_parts(tokens[row], self.key_length)
+            if self.up_to is None or p <= self.up_to:
+                answer[row, q : q + self.key_length] = torch.tensor(key)
+        return nn.functional.one_hot(answer, self.vocab_size).float() + 0 * self.unused  # (b, s, v)
+
+
+def test_passkey_accuracy_reads_each_depth():
+    perfect = passkey_accuracy(PasskeyOracle(16, 3), length=24, depths=[0, 8, 16], vocab_size=16, seed=0, batch=16)
+    assert perfect.tolist() == [1.0, 1.0, 1.0]
+    shallow = passkey_accuracy(
+        PasskeyOracle(16, 3, up_to=8), length=24, depths=(0, 8, 9, 16), vocab_size=16, seed=0, batch=16
+    )
+    assert shallow.tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_associative_recall_accuracy_per_position_and_passkey_refusal():
+    class Recall(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.unused = nn.Parameter(torch.zeros(()))
+
+        def forward(self, tokens):
+            answer = torch.zeros_like(tokens)
+            for row in range(tokens.shape[0]):
+                lookup = dict(zip(tokens[row, 0:8:2].tolist(), tokens[row, 1:8:2].tolist(), strict=True))
+                answer[row, 8:] = torch.tensor([lookup[t] for t in tokens[row, 8:].tolist()])
+            return nn.functional.one_hot(answer, 16).float() + 0 * self.unused
+
+    accuracy = accuracy_per_position(Recall(), length=14, vocab_size=16, seed=0, task="associative_recall", batch=8)
+    assert accuracy[:8].isnan().all() and (accuracy[8:] == 1).all()
+    with pytest.raises(ValueError, match="passkey_accuracy"):
+        accuracy_per_position(Recall(), length=14, vocab_size=16, seed=0, task="passkey")
+
+
+def _learn(task, steps, length, vocab, lr):
+    model = TinyTransformer(vocab, position="rope", dim=32, num_heads=2, num_layers=2, seed=0, device="cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # about 4 s of one core each
+    try:
+        losses = train(
+            model, steps=steps, batch=32, lr=lr, min_len=length, max_len=length, vocab_size=vocab, seed=0, task=task
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return model.eval(), losses
+
+
+def test_a_tiny_model_gets_associative_recall_well_above_chance_with_train():
+    # 10 tokens: 5 keys, 5 values; 4 pairs; chance is 1/5. In 300 steps the model reaches about half:
+    # above what knowing the row's values alone gives (about 1/3), short of full recall, which takes
+    # longer training (the recorded lab experiment does not include this task for that reason).
+    model, losses = _learn("associative_recall", 300, 24, 10, 5e-3)
+    after = accuracy_per_position(model, length=24, vocab_size=10, seed=5, task="associative_recall").nanmean()
+    assert losses[-20:].mean() < 0.7 * losses[:20].mean()
+    assert after > 0.42  # > 2 x chance
+
+
+def test_a_tiny_model_learns_the_passkey_with_train():
+    # 10 tokens: 4 digits, 4 filler; 3-digit keys: chance for the first digit is 1/4
+    model, losses = _learn("passkey", 300, 12, 10, 3e-3)
+    accuracy = passkey_accuracy(model, length=12, depths=[0, 2, 4], vocab_size=10, seed=5)
+    assert losses[-20:].mean() < 0.1 * losses[:20].mean()
+    assert (accuracy > 0.95).all()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "pattern"),
+    [
+        (
+            lambda: associative_recall_batch(torch.Generator(), 2, 8, vocab_size=16),
+            ValueError,
+            r"length must be > 2 \* num_pairs = 8",
+        ),
+        (
+            lambda: associative_recall_batch(torch.Generator(), 2, 20, vocab_size=16, num_pairs=9),
+            ValueError,
+            "num_pairs must be <= 8",
+        ),
+        (
+            lambda: associative_recall_batch(torch.Generator(), 2, 20, vocab_size=3),
+            ValueError,
+            "vocab_size must be >= 4",
+        ),
+        (
+            lambda: associative_recall_batch(None, 2, 20, vocab_size=16),
+            TypeError,
+            "generator must be a torch.Generator",
+        ),
+        (
+            lambda: passkey_batch(torch.Generator(), 2, 7, vocab_size=16),
+            ValueError,
+            r"length must be >= 2 \* key_length",
+        ),
+        (
+            lambda: passkey_batch(torch.Generator(), 2, 20, vocab_size=16, key_length=8),
+            ValueError,
+            "key_length must be <= 7",
+        ),
+        (
+            lambda: passkey_batch(torch.Generator(), 2, 20, vocab_size=16, depth=13),
+            ValueError,
+            "depth must be <= length - 2 \\* key_length - 2 = 12",
+        ),
+        (lambda: passkey_batch(torch.Generator(), 2, 20, vocab_size=16, depth=-1), ValueError, "depth must be >= 0"),
+        (
+            lambda: passkey_accuracy(Constant(16), length=20, depths=[], vocab_size=16, seed=0),
+            ValueError,
+            "at least one depth",
+        ),
+        (
+            lambda: passkey_accuracy(Constant(16), length=20, depths=3, vocab_size=16, seed=0),
+            TypeError,
+            "depths must be a sequence",
+        ),
+        (
+            lambda: train(
+                Constant(16),
+                steps=1,
+                batch=2,
+                lr=1e-3,
+                min_len=8,
+                max_len=12,
+                vocab_size=16,
+                seed=0,
+                task="associative_recall",
+            ),
+            ValueError,
+            "min_len must be >= 9",
+        ),
+        (
+            lambda: train(
+                Constant(16),
+                steps=1,
+                batch=2,
+                lr=1e-3,
+                min_len=8,
+                max_len=12,
+                vocab_size=16,
+                seed=0,
+                task="passkey",
+                lag=2,
+            ),
+            ValueError,
+            "task 'passkey' has no lag",
+        ),
+    ],
+)
+def test_content_retrieval_tasks_validate_their_arguments(call, error, pattern):
     with pytest.raises(error, match=pattern):
         call()

@@ -13,8 +13,9 @@ load on first use.
 
 import importlib
 
-from posenc import tasks
+from posenc import analysis, stats, tasks
 from posenc.alibi import alibi_bias, alibi_slopes
+from posenc.analysis import alias_distance, carrying_pairs, rope_pair_logits
 from posenc.attention import causal_mask, scaled_dot_product_attention
 from posenc.learned import KNOWN_TABLES, LearnedPositionalEmbedding
 from posenc.models import POSITION_SCHEME_CLASSES, POSITION_SCHEMES, TinyTransformer, default_device, with_rope_scaling
@@ -54,6 +55,7 @@ from posenc.rope_scaling import (
     rope_spec,
 )
 from posenc.sinusoidal import frequencies, shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
+from posenc.stats import PairedComparison, paired_comparison, paired_comparisons
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
@@ -70,6 +72,7 @@ __all__ = [
     "Linear",
     "Llama3",
     "LongRope",
+    "PairedComparison",
     "Proportional",
     "RopeScaling",
     "RopeSettings",
@@ -77,17 +80,23 @@ __all__ = [
     "T5RelativeBias",
     "TinyTransformer",
     "Yarn",
+    "alias_distance",
     "alibi_bias",
     "alibi_slopes",
+    "analysis",
     "apply_rope",
     "apply_xpos",
+    "carrying_pairs",
     "causal_mask",
     "default_device",
     "frequencies",
+    "paired_comparison",
+    "paired_comparisons",
     "relative_positions",
     "resolve_offset",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_pair_logits",
     "rope_rotate",
     "rope_rotate_reference",
     "rope_settings",
@@ -100,6 +109,7 @@ __all__ = [
     "sinusoid_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_table",
+    "stats",
     "t5_exact_zone",
     "t5_relative_bucket",
     "tasks",

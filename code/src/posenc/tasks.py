@@ -1,4 +1,4 @@
-"""Two probe tasks for position schemes: lag copy and marker recall.
+"""Probe tasks for position schemes: lag copy, marker recall, associative recall and a passkey.
 
 **Lag copy** (``task="lag_copy"``; ``book/03_learned.ipynb`` and the lab): at position ``t``,
 predict the token at ``t - lag``. A model solves it only if it knows *where* each token is relative
@@ -15,6 +15,8 @@ marker was), so it fails when a model meets distances it never trained on.
   mask (explicit generator);
 * :func:`train` fits any model ``forward(tokens) -> logits`` with AdamW, one random length per step;
 * :func:`lag_copy_accuracy` and :func:`accuracy_per_position` read the accuracy at each position;
+* :func:`associative_recall_batch` and :func:`passkey_batch` (with :func:`passkey_accuracy`, per
+  depth) retrieve a token found by its content, far back: see the section at the end of the module;
 * :class:`WithStartToken` puts a fixed start token (BOS) in front of every sequence a model sees.
 
 Targets that do not exist (the first ``lag`` positions; up to ``p + 1`` in marker recall) hold
@@ -38,19 +40,25 @@ from posenc._checks import check_int, check_real, check_tensor, has_values
 __all__ = [
     "IGNORE_INDEX",
     "MARKER",
+    "PASSKEY_QUERY",
     "TASKS",
     "WithStartToken",
     "accuracy_per_position",
+    "associative_recall_batch",
+    "associative_recall_vocabulary",
     "lag_copy_accuracy",
     "lag_copy_batch",
     "lag_copy_targets",
     "marker_recall_batch",
+    "passkey_accuracy",
+    "passkey_batch",
+    "passkey_vocabulary",
     "train",
 ]
 
 IGNORE_INDEX = -100
 MARKER = 0  #: the marker token of marker recall; the other tokens are 1 .. vocab_size - 1
-TASKS = ("lag_copy", "marker_recall")
+TASKS = ("lag_copy", "marker_recall", "associative_recall", "passkey")
 
 
 def _check_task(vocab_size: object, lag: object) -> tuple[int, int]:
@@ -191,7 +199,21 @@ def _task_batches(task: object, vocab_size: object, lag: object):
 
         return draw, lag + 1
     if lag is not None:
-        raise ValueError(f"task 'marker_recall' has no lag, got lag={lag!r}")
+        raise ValueError(f"task {task!r} has no lag, got lag={lag!r}")
+    if task == "associative_recall":  # default num_pairs = 4: the shortest sequence is 2 * 4 + 1
+        vocab_size = check_int("vocab_size", vocab_size, minimum=10)
+
+        def draw(generator, batch, length, device):
+            return associative_recall_batch(generator, batch, length, vocab_size=vocab_size, device=device)
+
+        return draw, 9
+    if task == "passkey":  # default key_length = 3: the shortest sequence is 2 * 3 + 2
+        vocab_size = check_int("vocab_size", vocab_size, minimum=8)
+
+        def draw(generator, batch, length, device):
+            return passkey_batch(generator, batch, length, vocab_size=vocab_size, device=device)
+
+        return draw, 8
     vocab_size = check_int("vocab_size", vocab_size, minimum=3)
 
     def draw(generator, batch, length, device):
@@ -218,7 +240,9 @@ def train(
     """Fit ``model`` to a task of :data:`TASKS` with AdamW; return the training loss of every step.
 
     ``task="lag_copy"`` (the default) needs ``lag``; ``task="marker_recall"`` takes none (the
-    marker's place is drawn per sequence, :func:`marker_recall_batch`). Each step draws a length
+    marker's place is drawn per sequence, :func:`marker_recall_batch`); ``"associative_recall"`` and
+    ``"passkey"`` take none either and use their batch functions' defaults (4 pairs; a 3-digit key
+    at a depth drawn per sequence). Each step draws a length
     uniformly from ``[min_len, max_len]`` (one ``torch.randint`` call; none when
     ``min_len == max_len``), then a batch of that length, both from one CPU generator: ``seed`` is
     an int (a fresh ``torch.Generator().manual_seed(seed)``) or a generator to continue, which this
@@ -332,7 +356,10 @@ def accuracy_per_position(
     length ``N``, index ``N + j`` is the accuracy ``j + 1`` positions beyond it, and the mean over
     ``t >= lag`` (``result.nanmean()``) equals the accuracy over all predicted tokens. Marker recall:
     ``marker_recall_batch(..., marker_at=0)``, so index ``m`` is the accuracy of recalling a token
-    ``m - 1`` positions back (NaN at ``m < 2``). Evaluated on the model's device; a model that cannot
+    ``m - 1`` positions back (NaN at ``m < 2``). Associative recall: ``associative_recall_batch(...)``
+    with its default 4 pairs, so index ``m >= 8`` is the accuracy of a query up to ``m`` positions
+    past the pairs. The passkey task raises: read it per depth with :func:`passkey_accuracy`.
+    Evaluated on the model's device; a model that cannot
     take ``length`` (a learned table) raises.
 
     Shapes:
@@ -345,6 +372,11 @@ def accuracy_per_position(
     if task == "lag_copy":
         tokens, _, _ = lag_copy_batch(generator, batch, length, vocab_size=vocab_size, lag=lag, device=device)
         return lag_copy_accuracy(model, tokens, lag=lag)
+    if task == "associative_recall":
+        tokens, targets, mask = associative_recall_batch(generator, batch, length, vocab_size=vocab_size, device=device)
+        return _accuracy(model, tokens, targets, mask)
+    if task == "passkey":
+        raise ValueError("task 'passkey' is read per depth, not per position: use passkey_accuracy")
     tokens, targets, mask = marker_recall_batch(
         generator, batch, length, vocab_size=vocab_size, marker_at=0, device=device
     )
@@ -396,3 +428,207 @@ class WithStartToken(nn.Module):
 
     def extra_repr(self) -> str:
         return f"start_token={self.start_token}"
+
+
+# ---- Content retrieval at distance: associative recall and a passkey ---------------------------------
+#
+# Lag copy asks for one exact offset; marker recall and the two tasks below ask for a token that is
+# identified by its content (a key, a marker), wherever it is. A scheme can fail the first and pass
+# the others (ALiBi's penalty only grows with distance: it cannot prefer an exact offset, but it can
+# let content win over a mild penalty), so the lab tests both kinds.
+
+PASSKEY_QUERY = 1  #: the query token of the passkey task (its marker is :data:`MARKER`)
+
+
+def associative_recall_vocabulary(vocab_size: int) -> tuple[range, range]:
+    """The key tokens and the value tokens of associative recall: the lower and upper half of the ids.
+
+    ``keys = range(0, v // 2)``, ``values = range(v // 2, v)``; for ``v = 16``, 8 keys and 8 values.
+    """
+    vocab_size = check_int("vocab_size", vocab_size, minimum=4)
+    half = vocab_size // 2
+    return range(half), range(half, vocab_size)
+
+
+def associative_recall_batch(
+    generator: torch.Generator,
+    batch: int,
+    length: int,
+    *,
+    vocab_size: int,
+    num_pairs: int = 4,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A batch of multi-query associative recall: key-value pairs first, then queries by key.
+
+    Each row starts with ``num_pairs`` pairs ``k_1 v_1 k_2 v_2 ...`` (positions ``0 .. 2 P - 1``):
+    distinct keys (one ``torch.randperm`` of the key tokens per row, first ``P`` kept) and values
+    drawn uniformly with repetition (:func:`associative_recall_vocabulary`). Every later position
+    ``m >= 2 P`` holds a key of the row drawn uniformly from its ``P`` keys, and its target is that
+    key's value: the model must find the key by content, up to ``m`` positions back, and read the
+    token after it (the multi-query form of Arora et al., arXiv:2312.04927). The pair positions have
+    no target (``IGNORE_INDEX``, mask false), so accuracy per position is accuracy per distance from
+    the pairs. Draws, in order: the key permutations (row by row), the values, the queries, all from
+    ``generator`` on its device; then the tensors move to ``device``.
+
+    Shapes:
+        returns tokens ``(b, s)`` int64 in ``[0, v)``, targets ``(b, s)`` int64, mask ``(b, s)`` bool.
+    """
+    generator = _check_generator("generator", generator)
+    keys, values = associative_recall_vocabulary(vocab_size)
+    batch = check_int("batch", batch, minimum=1)
+    num_pairs = check_int("num_pairs", num_pairs, minimum=1)
+    if num_pairs > len(keys):
+        raise ValueError(
+            f"num_pairs must be <= {len(keys)} (the key tokens of vocab_size={vocab_size}), got {num_pairs}"
+        )
+    length = check_int("length", length, minimum=1)
+    if length <= 2 * num_pairs:
+        raise ValueError(
+            f"length must be > 2 * num_pairs = {2 * num_pairs} (a query needs a place after the pairs), got {length}"
+        )
+    gen_device = generator.device
+    row_keys = torch.stack(
+        [torch.randperm(len(keys), generator=generator, device=gen_device)[:num_pairs] for _ in range(batch)]
+    )  # (b, P) key ids, distinct per row
+    row_values = values.start + torch.randint(
+        len(values), (batch, num_pairs), generator=generator, device=gen_device
+    )  # (b, P)
+    which = torch.randint(
+        num_pairs, (batch, length - 2 * num_pairs), generator=generator, device=gen_device
+    )  # (b, s - 2P) index of the queried pair
+    pairs = torch.stack([row_keys, row_values], dim=-1).reshape(batch, 2 * num_pairs)  # (b, 2P): k1 v1 k2 v2 ...
+    queries = row_keys.gather(1, which)  # (b, s - 2P)
+    tokens = torch.cat([pairs, queries], dim=1)  # (b, s)
+    answers = row_values.gather(1, which)  # (b, s - 2P)
+    targets = torch.cat([torch.full_like(pairs, IGNORE_INDEX), answers], dim=1)  # (b, s)
+    mask = targets != IGNORE_INDEX
+    if device is not None:
+        tokens, targets, mask = tokens.to(device), targets.to(device), mask.to(device)
+    return tokens, targets, mask
+
+
+def passkey_vocabulary(vocab_size: int) -> tuple[range, range]:
+    """The digit tokens and the filler tokens of the passkey task.
+
+    Token :data:`MARKER` (0) announces the passkey, :data:`PASSKEY_QUERY` (1) asks for it; the rest
+    is split in two halves: ``digits = range(2, 2 + D)`` and ``filler = range(2 + D, v)`` with
+    ``D = (v - 2) // 2`` (for ``v = 16``: 7 digits, 7 filler tokens).
+    """
+    vocab_size = check_int("vocab_size", vocab_size, minimum=4)
+    digits = (vocab_size - 2) // 2
+    return range(2, 2 + digits), range(2 + digits, vocab_size)
+
+
+def passkey_batch(
+    generator: torch.Generator,
+    batch: int,
+    length: int,
+    *,
+    vocab_size: int,
+    key_length: int = 3,
+    depth: int | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A batch of the passkey task: a key hidden in filler at ``depth``, asked for at the end.
+
+    A row of ``length = s`` tokens with ``k = key_length`` is: filler (uniform over the filler tokens
+    of :func:`passkey_vocabulary`); at position ``p`` (the depth) the marker and the key,
+    ``MARKER d_1 .. d_k`` (``k`` distinct digits, one ``torch.randperm`` per row); and at the end
+    ``PASSKEY_QUERY d_1 .. d_k`` from position ``q = s - k - 1`` on. The targets, as in a language
+    model that is asked for the key: ``d_1`` at the query ``q``, then ``d_{j+1}`` at ``q + j`` (the
+    model sees ``d_j`` and gives the next digit), for ``j = 1 .. k - 1``; every other position has
+    none. The first target needs the key ``q - p - 1`` positions back, found by the marker (content);
+    the others continue it. ``depth`` is ``p`` for every row, or (``None``) one draw per row, uniform
+    in ``[0, q - k - 1]`` (the key ends before the query). Draws, in order: the filler, the depths
+    (if drawn), the keys (row by row), from ``generator`` on its device; then the tensors move to
+    ``device``.
+
+    Shapes:
+        returns tokens ``(b, s)`` int64 in ``[0, v)``, targets ``(b, s)`` int64, mask ``(b, s)`` bool
+        (``k`` true entries per row).
+    """
+    generator = _check_generator("generator", generator)
+    digits, filler = passkey_vocabulary(vocab_size)
+    batch = check_int("batch", batch, minimum=1)
+    key_length = check_int("key_length", key_length, minimum=1)
+    if key_length > len(digits):
+        raise ValueError(
+            f"key_length must be <= {len(digits)} (the distinct digit tokens of vocab_size={vocab_size}), "
+            f"got {key_length}"
+        )
+    length = check_int("length", length, minimum=1)
+    shortest = 2 * key_length + 2  # marker + key, query + key
+    if length < shortest:
+        raise ValueError(f"length must be >= 2 * key_length + 2 = {shortest}, got {length}")
+    query = length - key_length - 1
+    deepest = query - key_length - 1  # the last place where the marker fits before the query
+    if depth is not None:
+        depth = check_int("depth", depth, minimum=0)
+        if depth > deepest:
+            raise ValueError(
+                f"depth must be <= length - 2 * key_length - 2 = {deepest} (the key ends before the query), got {depth}"
+            )
+    gen_device = generator.device
+    tokens = filler.start + torch.randint(
+        len(filler), (batch, length), generator=generator, device=gen_device
+    )  # (b, s)
+    if depth is None:
+        where = torch.randint(0, deepest + 1, (batch,), generator=generator, device=gen_device)  # (b,)
+    else:
+        where = torch.full((batch,), depth, device=gen_device)
+    key = digits.start + torch.stack(
+        [torch.randperm(len(digits), generator=generator, device=gen_device)[:key_length] for _ in range(batch)]
+    )  # (b, k) distinct digits per row
+    rows = torch.arange(batch, device=gen_device)[:, None]  # (b, 1)
+    offsets = torch.arange(key_length + 1, device=gen_device)  # (k + 1,)
+    marked = torch.cat([torch.full((batch, 1), MARKER, device=gen_device), key], dim=1)  # (b, k + 1)
+    tokens[rows, where[:, None] + offsets] = marked  # MARKER d_1 .. d_k at p .. p + k
+    asked = torch.cat([torch.full((batch, 1), PASSKEY_QUERY, device=gen_device), key], dim=1)  # (b, k + 1)
+    tokens[:, query:] = asked  # PASSKEY_QUERY d_1 .. d_k at q .. s - 1
+    targets = torch.full_like(tokens, IGNORE_INDEX)  # (b, s)
+    targets[:, query : query + key_length] = key  # d_1 at q, d_{j+1} at q + j
+    mask = targets != IGNORE_INDEX
+    if device is not None:
+        tokens, targets, mask = tokens.to(device), targets.to(device), mask.to(device)
+    return tokens, targets, mask
+
+
+@torch.no_grad()
+def passkey_accuracy(
+    model: nn.Module,
+    *,
+    length: int,
+    depths: object,
+    vocab_size: int,
+    seed: int,
+    key_length: int = 3,
+    batch: int = 256,
+) -> Tensor:
+    """Accuracy of the passkey's digits for the key hidden at each depth of ``depths``.
+
+    For each depth ``p`` (in order), ``passkey_batch(torch.Generator().manual_seed(seed), batch,
+    length, depth=p, ...)`` on the model's device; the result is the share of the ``batch * k``
+    digits whose argmax is right. A fresh generator per depth, so every depth sees the same filler
+    and keys, only moved. A model that cannot take ``length`` (a learned table) raises.
+
+    Shapes:
+        depths: a sequence of ints; returns ``(len(depths),)`` float32 on the CPU.
+    """
+    device = _model_device(model)
+    vocab_size = check_int("vocab_size", vocab_size, minimum=4)
+    seed = check_int("seed", seed)
+    if isinstance(depths, (str, bytes)) or not hasattr(depths, "__iter__"):
+        raise TypeError(f"depths must be a sequence of integers, got {depths!r} ({type(depths).__name__})")
+    depths = [check_int("depths[]", p, minimum=0) for p in depths]
+    if not depths:
+        raise ValueError("depths must hold at least one depth, got none")
+    result = []
+    for p in depths:
+        generator = torch.Generator().manual_seed(seed)
+        tokens, targets, mask = passkey_batch(
+            generator, batch, length, vocab_size=vocab_size, key_length=key_length, depth=p, device=device
+        )
+        hits = (model(tokens).argmax(-1) == targets) & mask  # (b, s)
+        result.append(hits.float().sum() / mask.float().sum())
+    return torch.stack(result).cpu()  # (len(depths),)

@@ -1,0 +1,413 @@
+"""The lab's recorded experiment: seven position schemes, two kinds of task, five paired seeds.
+
+Issue 20: every comparative sentence in the lab chapters comes from a paired-seed test
+(:mod:`posenc.stats`) over at least 5 seeds, on two kinds of task:
+
+* **exact offset**: lag copy (``lag = 3``, as in ``book/09_lab.ipynb``), the lab's training
+  (600 steps, lr 5e-3);
+* **content retrieval at distance**: marker recall (the token after a marker, asked from every later
+  position), trained as chapter 10 does (1000 steps, lr 2e-3): at the lab's 600 steps and 5e-3 it
+  stays near chance. posenc.tasks also has multi-query associative recall and a passkey at several
+  depths; they are not in this record (see ``CONFIG``), and the passkey branch of :func:`evaluate`
+  (per length and depth) has not been run here.
+
+Every scheme of :data:`posenc.POSITION_SCHEMES` (the lab's options: a learned table of ``L_0`` rows)
+is trained on each task once per seed 0..4; the seed fixes the initial weights and the stream of
+batches, so two schemes on one seed see the same data. Evaluation, on fresh sequences
+(``eval_seed``): the accuracy per band of query positions ``m``: inside ``L_0``, then
+``[L_0, 2 L_0)``, ``[2 L_0, 4 L_0)``, ``[4 L_0, 8 L_0)``, read from one causal pass over length
+``8 L_0`` (position ``m`` of a causal model sees only tokens ``0..m``). In marker recall the marker is
+at position 0, so position ``m`` recalls a token ``m - 1`` back. The learned table has no vector past
+its ``L_0`` rows: its rows there are recorded with an empty accuracy and ``n = 0``
+(``note = "no vector"``), not dropped.
+
+Usage (from the repository root, with the project's venv; one thread per process)::
+
+    python experiments/lab.py --record                      # every arm, then --merge
+    python experiments/lab.py --record --arm lag_copy rope  # one arm (task, scheme); repeatable
+    python experiments/lab.py --merge      # join the arms' parts into results.csv and record.json
+    python experiments/lab.py --check      # re-evaluate the saved checkpoints against the record
+    python experiments/lab.py --verdicts   # the paired-seed verdicts of COMPARISONS, per band
+
+An arm takes 5-15 minutes of one loaded core (``record.json`` has each arm's time); arms are
+independent, so they can run in separate processes. Outputs in ``experiments/lab/``:
+``results.csv`` (one row per scheme, task, seed and band), ``record.json`` (the config, posenc's
+version and git commits, timings, final losses, the checkpoints' own accuracies),
+``parts/<task>-<scheme>.csv|json`` (one arm each) and ``checkpoints/<task>-<scheme>-seed0.pt``
+(float16 state dicts of the seed-0 models, about 0.2 MB each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+import posenc
+from posenc import POSITION_SCHEMES, TinyTransformer
+from posenc.tasks import accuracy_per_position, passkey_accuracy, train
+
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "lab"
+CSV_FIELDS = ("scheme", "task", "seed", "kind", "eval_length", "lo", "hi", "accuracy", "n", "note")
+
+CONFIG = {
+    "vocab_size": 16,
+    "train_len": 32,  # L_0
+    "dim": 64,
+    "num_heads": 4,
+    "num_layers": 2,
+    "steps": 600,
+    "batch": 32,
+    "lr": 5e-3,
+    "seeds": [0, 1, 2, 3, 4],
+    "schemes": list(POSITION_SCHEMES),
+    "position_options": {"learned": {"max_positions": 32}},
+    # task -> the keyword arguments of posenc.tasks.train beside the common ones, and min_len
+    # Recorded: one exact-offset task and one content-retrieval task. posenc.tasks also has
+    # "associative_recall" ({"min_len": 9}) and "passkey" ({"min_len": 8}); at 600 steps the lab's
+    # model does not learn them (38 % and 70-80 % inside L_0, seed 0, RoPE and ALiBi), and a longer run
+    # did not fit this record's time budget (2 shared cores): they are left to the weekly re-run.
+    "tasks": {
+        "lag_copy": {"lag": 3, "min_len": 4},
+        # chapter 10's training for this task: at the lab's 600 steps and lr 5e-3 no scheme learns it
+        # (ALiBi, 5 seeds: 18-32 % inside L_0, chance 1/15)
+        "marker_recall": {"min_len": 3, "steps": 1000, "lr": 2e-3},
+    },
+    "eval_seed": 1000,
+    "eval_batch": 128,
+    "band_multiples": [1, 2, 4, 8],  # bands [0, L_0), [L_0, 2 L_0), [2 L_0, 4 L_0), [4 L_0, 8 L_0)
+    "passkey_lengths": [1, 2, 4, 8],  # x L_0
+    "passkey_depth_fractions": [0.0, 0.25, 0.5, 0.75, 1.0],
+    "passkey_key_length": 3,
+    "checkpoint_seeds": [0],
+    "checkpoint_dtype": "float16",
+}
+
+
+def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
+    return TinyTransformer(
+        config["vocab_size"],
+        position=scheme,
+        position_options=config["position_options"].get(scheme),
+        dim=config["dim"],
+        num_heads=config["num_heads"],
+        num_layers=config["num_layers"],
+        seed=seed,
+        device="cpu",
+    )
+
+
+def fit(config: dict, scheme: str, task: str, seed: int) -> tuple[TinyTransformer, float]:
+    """Train one model; return it (eval mode) and its mean loss over the last 50 steps."""
+    model = make_model(config, scheme, seed)
+    options = dict(config["tasks"][task])
+    min_len = options.pop("min_len")
+    steps, lr = options.pop("steps", config["steps"]), options.pop("lr", config["lr"])  # a task's own, if given
+    losses = train(
+        model,
+        steps=steps,
+        batch=config["batch"],
+        lr=lr,
+        min_len=min_len,
+        max_len=config["train_len"],
+        vocab_size=config["vocab_size"],
+        seed=seed,
+        task=task,
+        **options,
+    )
+    return model.eval(), float(losses[-50:].mean())
+
+
+def bands(config: dict) -> list[tuple[int, int]]:
+    """Bands of query positions ``[lo, hi)``: inside ``L_0``, then up to 2, 4, 8 ``L_0``."""
+    edges = [0] + [k * config["train_len"] for k in config["band_multiples"]]
+    return list(itertools.pairwise(edges))
+
+
+def passkey_depths(config: dict, length: int) -> list[int]:
+    """The marker positions for the depth fractions: ``round(f * deepest)``, deepest = s - 2k - 2."""
+    deepest = length - 2 * config["passkey_key_length"] - 2
+    return [round(f * deepest) for f in config["passkey_depth_fractions"]]
+
+
+def evaluate(config: dict, model: TinyTransformer, scheme: str, task: str) -> list[dict]:
+    """The record's rows of one model (without scheme/task/seed): one per band or (length, depth)."""
+    L0, vocab, batch, seed = config["train_len"], config["vocab_size"], config["eval_batch"], config["eval_seed"]
+    rows = []
+    if task == "passkey":
+        k = config["passkey_key_length"]
+        for multiple in config["passkey_lengths"]:
+            length = multiple * L0
+            depths = passkey_depths(config, length)
+            query = length - k - 1
+            if scheme == "learned" and length > config["position_options"]["learned"]["max_positions"]:
+                accuracies, n, note = [math.nan] * len(depths), 0, "no vector"
+            else:
+                accuracies = passkey_accuracy(
+                    model, length=length, depths=depths, vocab_size=vocab, seed=seed, key_length=k, batch=batch
+                ).tolist()
+                n, note = batch * k, ""
+            for depth, accuracy in zip(depths, accuracies, strict=True):
+                rows.append(
+                    dict(kind="depth", eval_length=length, lo=depth, hi=query, accuracy=accuracy, n=n, note=note)
+                )
+        return rows
+    task_options = {key: v for key, v in config["tasks"][task].items() if key not in ("min_len", "steps", "lr")}
+    longest = bands(config)[-1][1]
+    table = config["position_options"]["learned"]["max_positions"]
+    length = table if scheme == "learned" else longest  # a learned table has no row past its size
+    accuracy = accuracy_per_position(
+        model, length=length, vocab_size=vocab, seed=seed, task=task, batch=batch, **task_options
+    )
+    for lo, hi in bands(config):
+        values = accuracy[lo:hi]
+        values = values[values.isfinite()]
+        if hi > length:
+            rows.append(dict(kind="band", eval_length=longest, lo=lo, hi=hi, accuracy=math.nan, n=0, note="no vector"))
+        else:
+            rows.append(
+                dict(
+                    kind="band",
+                    eval_length=length,
+                    lo=lo,
+                    hi=hi,
+                    accuracy=float(values.mean()),
+                    n=int(values.numel()) * batch,
+                    note="",
+                )
+            )
+    return rows
+
+
+def checkpoint_path(task: str, scheme: str, seed: int) -> Path:
+    return OUT / "checkpoints" / f"{task}-{scheme}-seed{seed}.pt"
+
+
+def save_checkpoint(model: TinyTransformer, path: Path) -> None:
+    state = {name: tensor.to(torch.float16) for name, tensor in model.state_dict().items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
+
+
+def load_checkpoint(config: dict, task: str, scheme: str, seed: int) -> TinyTransformer:
+    """A seed's saved model, in float32 and eval mode (its weights are the float16 ones saved)."""
+    model = make_model(config, scheme, seed)
+    state = torch.load(checkpoint_path(task, scheme, seed), map_location="cpu", weights_only=True)
+    model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
+    return model.eval()
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=HERE, capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=HERE, capture_output=True, text=True, check=True)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _format(value: float) -> str:
+    return "" if math.isnan(value) else f"{value:.6f}"
+
+
+def part_path(task: str, scheme: str, suffix: str) -> Path:
+    return OUT / "parts" / f"{task}-{scheme}.{suffix}"
+
+
+def record(config: dict, task: str, scheme: str) -> None:
+    """Train and evaluate one arm (a task and a scheme) on every seed; write its part (csv and json).
+
+    An arm whose part is already written is skipped (a stopped run resumes); each model depends on its
+    seed only, so arms can run in any order or in separate processes and give the same record.
+    """
+    if part_path(task, scheme, "json").exists():
+        print(f"{task} {scheme}: already recorded", flush=True)
+        return
+    torch.set_num_threads(1)
+    (OUT / "parts").mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    checkpoints, losses, timings, rows = {}, {}, {}, []
+    for seed in config["seeds"]:
+        tick = time.perf_counter()
+        model, loss = fit(config, scheme, task, seed)
+        trained = time.perf_counter() - tick
+        for row in evaluate(config, model, scheme, task):
+            rows.append({"scheme": scheme, "task": task, "seed": seed, **row, "accuracy": _format(row["accuracy"])})
+        key = f"{task}/{scheme}/{seed}"
+        losses[key] = round(loss, 6)
+        timings[key] = {"train_s": round(trained, 2), "eval_s": round(time.perf_counter() - tick - trained, 2)}
+        if seed in config["checkpoint_seeds"]:
+            path = checkpoint_path(task, scheme, seed)
+            save_checkpoint(model, path)
+            reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed), scheme, task)
+            checkpoints[key] = {
+                "path": str(path.relative_to(HERE.parent)),
+                "bytes": path.stat().st_size,
+                "accuracy": [_format(r["accuracy"]) for r in reloaded],
+            }
+        print(f"[{time.perf_counter() - started:6.0f} s] {task} {scheme} seed {seed}: loss {loss:.3f}", flush=True)
+    with open(part_path(task, scheme, "csv"), "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    part = {
+        "task": task,
+        "scheme": scheme,
+        "git_commit": git_commit(),
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "final_loss": losses,
+        "timings": timings,
+        "checkpoints": checkpoints,
+    }
+    part_path(task, scheme, "json").write_text(json.dumps(part, indent=1) + "\n")
+
+
+def merge(config: dict) -> None:
+    """Join the recorded arms into ``results.csv`` and ``record.json`` (config, versions, timings).
+
+    Arms of the config without a part are listed in ``record.json`` as ``"missing_arms"``.
+    """
+    rows, parts, missing = [], [], []
+    for task in config["tasks"]:
+        for scheme in config["schemes"]:
+            if not part_path(task, scheme, "json").exists():
+                missing.append(f"{task}/{scheme}")
+                continue
+            with open(part_path(task, scheme, "csv"), newline="") as handle:
+                rows.extend(csv.DictReader(handle))
+            parts.append(json.loads(part_path(task, scheme, "json").read_text()))
+    with open(OUT / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    checkpoints = {k: v for part in parts for k, v in part["checkpoints"].items()}
+    meta = {
+        "config": config,
+        "posenc_version": posenc.__version__,
+        "git_commit": sorted({part["git_commit"] for part in parts}),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "threads_per_process": 1,
+        "missing_arms": missing,
+        "seconds_per_arm": {f"{p['task']}/{p['scheme']}": p["total_seconds"] for p in parts},
+        "final_loss": {k: v for part in parts for k, v in part["final_loss"].items()},
+        "timings": {k: v for part in parts for k, v in part["timings"].items()},
+        "checkpoints": checkpoints,
+        "checkpoint_bytes": sum(c["bytes"] for c in checkpoints.values()),
+    }
+    (OUT / "record.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"merged {len(rows)} rows, {len(missing)} arms missing; checkpoints {meta['checkpoint_bytes'] / 1e6:.2f} MB")
+
+
+def check(config: dict) -> int:
+    """Re-evaluate every saved checkpoint; compare with the accuracies recorded for it. Returns failures."""
+    torch.set_num_threads(1)
+    meta = json.loads((OUT / "record.json").read_text())
+    if meta["config"] != config:
+        print("record.json's config differs from CONFIG in this script")
+        return 1
+    failures = 0
+    for key, saved in meta["checkpoints"].items():
+        task, scheme, seed = key.split("/")
+        rows = evaluate(config, load_checkpoint(config, task, scheme, int(seed)), scheme, task)
+        now = [_format(r["accuracy"]) for r in rows]
+        same = now == saved["accuracy"]
+        failures += not same
+        print(f"{key:40s} {'ok' if same else 'DIFFERS'}")
+    return failures
+
+
+def load_results(path: Path | None = None) -> dict[tuple[str, str, int, int], tuple[int, float]]:
+    """``results.csv`` of the position tasks as ``{(task, scheme, lo, seed): (hi, accuracy)}`` (NaN: no vector)."""
+    out = {}
+    with open(path or OUT / "results.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            if row["kind"] == "band":
+                accuracy = float(row["accuracy"]) if row["accuracy"] else math.nan
+                out[row["task"], row["scheme"], int(row["lo"]), int(row["seed"])] = (int(row["hi"]), accuracy)
+    return out
+
+
+#: the paired comparisons printed by --verdicts: (task, scheme A, scheme B)
+COMPARISONS = [
+    ("marker_recall", "alibi", "rope"),
+    ("marker_recall", "alibi", "none"),
+    ("marker_recall", "rope", "none"),
+    ("marker_recall", "t5", "alibi"),
+    *[("lag_copy", scheme, "none") for scheme in POSITION_SCHEMES if scheme != "none"],
+    ("lag_copy", "alibi", "rope"),
+    ("lag_copy", "rope", "t5"),
+    ("lag_copy", "shaw", "rope"),
+    ("lag_copy", "t5", "alibi"),
+]
+
+
+def verdicts(config: dict) -> list[tuple[str, str, str, int, int, str]]:
+    """Paired t comparisons (95 %, 5 seeds) of :data:`COMPARISONS` in every band; arms not recorded are skipped."""
+    from posenc.stats import paired_comparison
+
+    results = load_results()
+    lines = []
+    for task, a, b in COMPARISONS:
+        for lo, hi in bands(config):
+            keys_a = [(task, a, lo, seed) for seed in config["seeds"]]
+            keys_b = [(task, b, lo, seed) for seed in config["seeds"]]
+            if not all(k in results for k in keys_a + keys_b):
+                continue
+            values_a = [results[k][1] for k in keys_a]
+            values_b = [results[k][1] for k in keys_b]
+            if any(math.isnan(v) for v in values_a + values_b):
+                lines.append((task, a, b, lo, hi, "no vector (a learned table has no row here)"))
+                continue
+            result = paired_comparison(values_a, values_b, names=(a, b))
+            lines.append((task, a, b, lo, hi, result.summary(percent=True)))
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--record", action="store_true", help="train everything and write experiments/lab/")
+    action.add_argument("--merge", action="store_true", help="join the tasks' parts into results.csv, record.json")
+    action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
+    action.add_argument("--verdicts", action="store_true", help="print the paired-seed verdicts of results.csv")
+    parser.add_argument(
+        "--arm",
+        nargs=2,
+        action="append",
+        metavar=("TASK", "SCHEME"),
+        help="--record only this arm (repeatable; default: every task and scheme of CONFIG, in order)",
+    )
+    args = parser.parse_args(argv)
+    if args.record:
+        arms = args.arm or [(task, scheme) for task in CONFIG["tasks"] for scheme in CONFIG["schemes"]]
+        for task, scheme in arms:
+            if task not in CONFIG["tasks"] or scheme not in CONFIG["schemes"]:
+                parser.error(f"--arm {task} {scheme}: not a task and scheme of CONFIG")
+            record(CONFIG, task, scheme)
+        if not args.arm:
+            merge(CONFIG)
+        return 0
+    if args.merge:
+        merge(CONFIG)
+        return 0
+    if args.verdicts:
+        for task, a, b, lo, hi, line in verdicts(CONFIG):
+            print(f"{task:14s} m in [{lo:3d}, {hi:3d}) {a} vs {b}: {line}")
+        return 0
+    return 1 if check(CONFIG) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
