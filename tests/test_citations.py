@@ -45,10 +45,17 @@ def test_entries_have_a_year_and_papers_an_arxiv_id():
             assert re.search(r"eprint\s*=\s*\{\d{4}\.\d{4,5}\}", body), key
     # Every paper the book discusses at length is on arXiv; GPT-2's report is the one exception.
     # Without an arXiv id: GPT-2's report, the two forum posts that introduced NTK-aware and
-    # dynamic NTK RoPE scaling (the YaRN paper credits them), and Meta's Llama 4 announcement (no
-    # paper describes iRoPE); all but the first must say where they appeared.
+    # dynamic NTK RoPE scaling (the YaRN paper credits them), Meta's Llama 4 announcement (no
+    # paper describes iRoPE) and Hugging Face's SmolLM3 post (its report is a blog post); all but
+    # the first must say where they appeared.
     no_eprint = [k for k, body in bib_entries().items() if "eprint" not in body]
-    assert no_eprint == ["radford2019gpt2", "bloc97_2023ntk", "emozilla_2023dynamic", "meta2025llama4"]
+    assert no_eprint == [
+        "radford2019gpt2",
+        "bloc97_2023ntk",
+        "emozilla_2023dynamic",
+        "meta2025llama4",
+        "hf2025smollm3",
+    ]
     for key in no_eprint[1:]:
         assert "howpublished" in bib_entries()[key], key
 
