@@ -861,3 +861,20 @@ def test_layer_type_errors_name_the_choices():
 def test_settings_unpack_as_the_triple_of_posenc_1_0():
     base, scaling, fraction = rope_settings({"rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 2}})
     assert (base, scaling, fraction) == (5e5, Linear(factor=2.0), 1.0)
+
+
+@pytest.mark.parametrize("model_type", ["llama4_text", "llama4"])
+def test_llama4_rotates_neighbouring_pairs_as_transformers_does(model_type):
+    # transformers' Llama 4 views (2i, 2i + 1) as one complex number (apply_rotary_emb): interleaved pairing.
+    published = {"model_type": model_type, "head_dim": 128, "rope_theta": 500000.0}
+    assert rope_settings(published).pairing == "interleaved"
+    llama4 = pytest.importorskip("transformers.models.llama4.modeling_llama4")
+    config = llama4.Llama4TextConfig(head_dim=128, num_attention_heads=2, hidden_size=256, rope_theta=500000.0)
+    settings = rope_settings(config)
+    assert settings.pairing == "interleaved"
+    x = torch.randn(1, 4, 2, 128, generator=torch.Generator().manual_seed(0))  # (b, s, h, d), Llama 4's layout
+    positions = torch.arange(100, 104)
+    freqs_cis = llama4.Llama4TextRotaryEmbedding(config)(x, positions[None])  # (1, s, d/2) complex
+    theirs, _ = llama4.apply_rotary_emb(x, x, freqs_cis)
+    ours = apply_rope(x.transpose(1, 2), positions, base=settings.base, scaling=settings.scaling, pairing="interleaved")
+    torch.testing.assert_close(ours.transpose(1, 2), theirs, rtol=0, atol=2e-5)

@@ -589,9 +589,24 @@ class RopeSettings:
 
 
 #: model_type -> pairing, for the families whose modeling code in transformers rotates (2i, 2i + 1)
-#: (``rotate_every_two`` or ``x[..., 0::2]``, cos/sin ``repeat_interleave``d); everything else is "half".
+#: (``rotate_every_two``, ``x[..., 0::2]`` or a complex view of the pairs as in Llama 4 and DeepSeek-V2);
+#: everything else is "half".
 #: DeepSeek-V3 (and Kimi K2, its architecture) says it in ``rope_interleave``, True by default in transformers.
-INTERLEAVED_MODEL_TYPES = frozenset({"gptj", "codegen", "cohere", "cohere2", "glm", "glm4", "deepseek_v3", "kimi_k2"})
+INTERLEAVED_MODEL_TYPES = frozenset(
+    {
+        "gptj",
+        "codegen",
+        "cohere",
+        "cohere2",
+        "glm",
+        "glm4",
+        "deepseek_v2",
+        "deepseek_v3",
+        "kimi_k2",
+        "llama4",
+        "llama4_text",
+    }
+)
 
 
 def _get(config: object, name: str, default: Any = None) -> Any:
