@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_int, exact_integer_limit, float_dtype
-from posenc.positions import _relative_positions, resolve_offset
+from posenc.positions import relative_position_matrix, resolve_offset
 
 __all__ = ["alibi_bias", "alibi_slopes"]
 
@@ -107,5 +107,5 @@ def alibi_bias(
             f"(limit 2**{exact.bit_length() - 1}): two keys would get the same bias; pass dtype=torch.float64"
         )
     slopes = torch.tensor(_slopes(num_heads), dtype=work, device=device)  # (h,)
-    distance = _relative_positions(int(q_len), int(k_len), offset, device).abs().to(work)  # (s_q, s_k)
+    distance = relative_position_matrix(int(q_len), int(k_len), offset, device).abs().to(work)  # (s_q, s_k)
     return (-slopes[:, None, None] * distance).to(dtype)  # (h, s_q, s_k)

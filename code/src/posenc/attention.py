@@ -15,12 +15,12 @@ import torch
 from torch import Tensor
 
 from posenc._checks import check_bool, check_tensor
-from posenc.positions import _causal_mask, causal_mask, resolve_offset
+from posenc.positions import causal_mask, causal_mask_matrix, resolve_offset
 
-__all__ = ["causal_mask", "scaled_dot_product_attention"]
+__all__ = ["causal_mask", "check_qkv", "logits_dtype", "masked_softmax", "scaled_dot_product_attention"]
 
 
-def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int]:
+def check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int]:
     """Validate ``(b, h, s_q, d)``, ``(b, h, s_k, d)``, ``(b, h, s_k, d_v)`` inputs; return ``b, h, s_q, s_k, d``.
 
     Shared by every attention of posenc (plain and Shaw et al.'s): one floating dtype and one
@@ -48,7 +48,7 @@ def _check_qkv(q: object, k: object, v: object) -> tuple[int, int, int, int, int
     return b, h, s_q, s_k, d
 
 
-def _logits_dtype(q_dtype: torch.dtype, bias_dtype: torch.dtype | None = None) -> torch.dtype:
+def logits_dtype(q_dtype: torch.dtype, bias_dtype: torch.dtype | None = None) -> torch.dtype:
     """The dtype in which attention is computed: ``promote_types(q, bias, float32)``.
 
     float64 stays float64; float16/bfloat16 queries, or a float32 bias with them, give float32.
@@ -60,8 +60,12 @@ def _logits_dtype(q_dtype: torch.dtype, bias_dtype: torch.dtype | None = None) -
     return dtype if bias_dtype is None else torch.promote_types(dtype, bias_dtype)
 
 
-def _masked_softmax(logits: Tensor, allowed: Tensor | None) -> Tensor:
-    """Softmax over the last dim where ``allowed`` is True (``-inf`` elsewhere)."""
+def masked_softmax(logits: Tensor, allowed: Tensor | None) -> Tensor:
+    """Softmax over the last dim where ``allowed`` is True (``-inf`` elsewhere); an unchecked kernel.
+
+    Shapes:
+        logits ``(..., s_q, s_k)``, allowed ``(s_q, s_k)`` bool (broadcast) or None; returns logits' shape.
+    """
     if allowed is not None:
         logits = logits.masked_fill(~allowed, float("-inf"))
     return torch.softmax(logits, dim=-1)
@@ -70,14 +74,14 @@ def _masked_softmax(logits: Tensor, allowed: Tensor | None) -> Tensor:
 def _attention(q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, allowed: Tensor | None) -> tuple[Tensor, Tensor]:
     """Unchecked kernel of :func:`scaled_dot_product_attention`."""
     dtype, d = q.dtype, q.shape[-1]
-    work = _logits_dtype(dtype, None if bias is None else bias.dtype)
+    work = logits_dtype(dtype, None if bias is None else bias.dtype)
     q, k, v = q.to(work), k.to(work), v.to(work)  # no copy when already in work
     # Scale before the product: (q / sqrt(d)) k^T has no intermediate sqrt(d) times larger than
     # the logits themselves, unlike (q k^T) / sqrt(d).
     logits = (q * d**-0.5) @ k.transpose(-2, -1)  # (b, h, s_q, s_k)
     if bias is not None:
         logits = logits + bias  # (b, h, s_q, s_k)
-    weights = _masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
+    weights = masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
     out = weights @ v  # (b, h, s_q, d_v)
     return out.to(dtype), weights.to(dtype)
 
@@ -125,7 +129,7 @@ def scaled_dot_product_attention(
     A bias row that is ``-inf`` everywhere has no defined softmax and gives NaN, as in
     every attention implementation; the causal mask alone never produces such a row.
     """
-    b, h, s_q, s_k, _d = _check_qkv(q, k, v)
+    b, h, s_q, s_k, _d = check_qkv(q, k, v)
     causal = check_bool("causal", causal)
     if bias is not None:
         check_tensor("bias", bias, floating=True)
@@ -139,7 +143,7 @@ def scaled_dot_product_attention(
             raise ValueError(f"bias must be on q's device {q.device}, got {bias.device}")
     allowed = None
     if causal:
-        allowed = _causal_mask(s_q, s_k, resolve_offset(s_q, s_k, offset), q.device)  # (s_q, s_k)
+        allowed = causal_mask_matrix(s_q, s_k, resolve_offset(s_q, s_k, offset), q.device)  # (s_q, s_k)
     elif offset is not None:
         raise ValueError(f"offset only positions the causal mask; got offset={offset!r} with causal=False")
     return _attention(q, k, v, bias, allowed)

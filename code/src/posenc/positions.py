@@ -35,7 +35,7 @@ from torch import Tensor
 
 from posenc._checks import MAX_INT, check_int
 
-__all__ = ["causal_mask", "relative_positions", "resolve_offset"]
+__all__ = ["causal_mask", "causal_mask_matrix", "relative_position_matrix", "relative_positions", "resolve_offset"]
 
 # Positions and their differences are int64; keeping every position below 2**62 means no
 # difference j - (offset + i) can overflow (the bound of every integer argument of posenc).
@@ -65,15 +65,23 @@ def resolve_offset(q_len: object, k_len: object, offset: object = None) -> int:
     return offset
 
 
-def _relative_positions(q_len: int, k_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
-    """Unchecked kernel of :func:`relative_positions`."""
+def relative_position_matrix(q_len: int, k_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
+    """The unchecked kernel of :func:`relative_positions` (ints already validated, e.g. by :func:`resolve_offset`).
+
+    Shapes:
+        returns ``(s_q, s_k)`` int64: key position minus query position.
+    """
     queries = torch.arange(offset, offset + q_len, device=device)[:, None]  # (s_q, 1): absolute query positions
     keys = torch.arange(k_len, device=device)[None, :]  # (1, s_k): absolute key positions
     return keys - queries  # (s_q, s_k)
 
 
-def _causal_mask(q_len: int, k_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
-    """Unchecked kernel of :func:`causal_mask`."""
+def causal_mask_matrix(q_len: int, k_len: int, offset: int, device: torch.device | str | None = None) -> Tensor:
+    """The unchecked kernel of :func:`causal_mask` (ints already validated, e.g. by :func:`resolve_offset`).
+
+    Shapes:
+        returns ``(s_q, s_k)`` bool: True where key position <= query position.
+    """
     # Row i is allowed up to key offset + i: a lower triangle shifted right by offset.
     return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=offset)  # (s_q, s_k)
 
@@ -89,7 +97,7 @@ def relative_positions(
         returns ``(s_q, s_k)``, int64.
     """
     offset = resolve_offset(q_len, k_len, offset)
-    return _relative_positions(int(q_len), int(k_len), offset, device)
+    return relative_position_matrix(int(q_len), int(k_len), offset, device)
 
 
 def causal_mask(
@@ -107,4 +115,4 @@ def causal_mask(
         returns ``(s_q, s_k)``, bool, ``True`` where attention is allowed.
     """
     offset = resolve_offset(q_len, k_len, offset)
-    return _causal_mask(int(q_len), int(k_len), offset, device)
+    return causal_mask_matrix(int(q_len), int(k_len), offset, device)

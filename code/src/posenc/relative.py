@@ -21,8 +21,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc._checks import check_bool, check_int, check_integer_tensor, check_tensor
-from posenc.attention import _check_qkv, _logits_dtype, _masked_softmax
-from posenc.positions import _causal_mask, _relative_positions, relative_positions, resolve_offset
+from posenc.attention import check_qkv, logits_dtype, masked_softmax
+from posenc.positions import causal_mask_matrix, relative_position_matrix, relative_positions, resolve_offset
 
 __all__ = [
     "T5RelativeBias",
@@ -237,7 +237,7 @@ class T5RelativeBias(nn.Module):
 
 def _shaw_indices(q_len: int, k_len: int, max_relative: int, offset: int, device: torch.device | None) -> Tensor:
     """Unchecked kernel of :func:`shaw_relative_indices`."""
-    rel = _relative_positions(q_len, k_len, offset, device)  # (s_q, s_k)
+    rel = relative_position_matrix(q_len, k_len, offset, device)  # (s_q, s_k)
     return rel.clamp(-max_relative, max_relative) + max_relative  # (s_q, s_k), int64 in [0, 2k]
 
 
@@ -259,7 +259,7 @@ def _check_shaw(
     q: Tensor, k: Tensor, v: Tensor, rel_k: Tensor, rel_v: Tensor, causal: object, offset: object
 ) -> tuple[int, int]:
     """Validate Shaw et al.'s inputs; return ``max_relative`` (k) and the resolved offset."""
-    _b, _h, s_q, s_k, d = _check_qkv(q, k, v)
+    _b, _h, s_q, s_k, d = check_qkv(q, k, v)
     check_tensor("rel_k", rel_k, ndim=2, floating=True)
     check_tensor("rel_v", rel_v, ndim=2, floating=True)
     for name, table in (("rel_k", rel_k), ("rel_v", rel_v)):
@@ -306,13 +306,13 @@ def shaw_attention_naive(
     max_relative, offset = _check_shaw(q, k, v, rel_k, rel_v, causal, offset)
     s_q, s_k, d = q.shape[2], k.shape[2], q.shape[3]
     index = _shaw_indices(s_q, s_k, max_relative, offset, q.device)  # (s_q, s_k)
-    dtype, work = q.dtype, _logits_dtype(q.dtype, torch.promote_types(rel_k.dtype, rel_v.dtype))
+    dtype, work = q.dtype, logits_dtype(q.dtype, torch.promote_types(rel_k.dtype, rel_v.dtype))
     q, k, v, rel_k, rel_v = (t.to(work) for t in (q, k, v, rel_k, rel_v))  # (b, h, s, d), tables (2k+1, d)
     a_k, a_v = rel_k[index], rel_v[index]  # (s_q, s_k, d), (s_q, s_k, d_v)
     q = q * d**-0.5  # scale before the products: no intermediate larger than the logits
     logits = q @ k.transpose(-2, -1) + torch.einsum("bhid,ijd->bhij", q, a_k)  # (b, h, s_q, s_k)
-    allowed = _causal_mask(s_q, s_k, offset, q.device) if causal else None  # (s_q, s_k)
-    weights = _masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
+    allowed = causal_mask_matrix(s_q, s_k, offset, q.device) if causal else None  # (s_q, s_k)
+    weights = masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
     out = weights @ v + torch.einsum("bhij,ijd->bhid", weights, a_v)  # (b, h, s_q, d_v)
     return out.to(dtype), weights.to(dtype)
 
@@ -342,13 +342,13 @@ def shaw_attention(
     s_k = k.shape[2]
     index = _shaw_indices(s_q, s_k, max_relative, offset, q.device)  # (s_q, s_k), int64
     index = index.expand(b, h, s_q, s_k)  # a view: no copy
-    dtype, work = q.dtype, _logits_dtype(q.dtype, torch.promote_types(rel_k.dtype, rel_v.dtype))
+    dtype, work = q.dtype, logits_dtype(q.dtype, torch.promote_types(rel_k.dtype, rel_v.dtype))
     q, k, v, rel_k, rel_v = (t.to(work) for t in (q, k, v, rel_k, rel_v))  # (b, h, s, d), tables (2k+1, d)
     q = q * d**-0.5  # scale before the products: no intermediate larger than the logits
     q_rel = q @ rel_k.T  # (b, h, s_q, 2k+1): q_i . w^K_r / sqrt(d) for every clipped distance r
     logits = q @ k.transpose(-2, -1) + q_rel.gather(-1, index)  # (b, h, s_q, s_k)
-    allowed = _causal_mask(s_q, s_k, offset, q.device) if causal else None  # (s_q, s_k)
-    weights = _masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
+    allowed = causal_mask_matrix(s_q, s_k, offset, q.device) if causal else None  # (s_q, s_k)
+    weights = masked_softmax(logits, allowed)  # (b, h, s_q, s_k)
     weight_per_distance = torch.zeros_like(q_rel).scatter_add_(-1, index, weights)  # (b, h, s_q, 2k+1)
     out = weights @ v + weight_per_distance @ rel_v  # (b, h, s_q, d_v)
     return out.to(dtype), weights.to(dtype)
