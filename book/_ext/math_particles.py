@@ -4,7 +4,8 @@ Korean attaches a particle to the word before it ("$d$가", "$L_0$보다"). Writ
 ("$d$ 가") or without one, the browser may still break the line between the formula (an atomic
 inline box once MathJax has drawn it) and the particle, and a line then starts with a bare "가" or
 ". 논문은". This post-transform wraps each inline formula together with what is attached to it
-into ``<span class="math-keep">`` (``white-space: nowrap`` in book/_static_files/book.css):
+into ``<span class="math-keep">`` (one inline-block box, book/_static_files/book.css, that wraps
+inside only where the pair is wider than the whole line):
 
 - a particle or copula ending (``PARTICLES``), with or without a space before it in the source:
   the space is dropped, since Korean spelling writes the particle against the word;
@@ -65,7 +66,7 @@ def attached_text(following: str) -> tuple[str, str] | None:
 
 
 class KeepMathWithParticles(SphinxPostTransform):
-    """Wrap each inline formula and the text attached to it in a no-wrap span (HTML builders)."""
+    """Wrap each inline formula and the text attached to it in one span (HTML builders)."""
 
     default_priority = 800
     formats = ("html",)
