@@ -3,13 +3,13 @@ RoPE (bit for bit in every dtype), the compiled form, the module's state, and cl
 
 transformers is imported lazily (``_tf``), so the tests against the paper run without it."""
 
-import importlib
 import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lazy_transformers import transformers_attr as _tf
 
 from posenc import (
     PAIRINGS,
@@ -21,18 +21,6 @@ from posenc import (
     rope_rotate_reference,
     sinusoid_frequencies,
 )
-
-
-def _tf(path):
-    """``transformers.<path>``: a module (``models.llama.modeling_llama``) or an attribute of one, imported on use,
-    so that the tests against the paper run without transformers."""
-    pytest.importorskip("transformers")
-    module, _, name = path.rpartition(".")
-    try:
-        return importlib.import_module(f"transformers.{path}")
-    except ImportError:
-        return getattr(importlib.import_module(f"transformers.{module}" if module else "transformers"), name)
-
 
 HEAD_DIM = 64
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]

@@ -5,11 +5,11 @@ included), config readers for transformers 4 and 5, errors.
 transformers is imported lazily (``_tf``), so the tests of the formulas run without it."""
 
 import dataclasses
-import importlib
 import math
 
 import pytest
 import torch
+from lazy_transformers import transformers_attr as _tf
 
 from posenc import (
     ROPE_SCALINGS,
@@ -30,16 +30,6 @@ from posenc import (
     rope_spec,
 )
 from posenc.variants import apply_p_rope, p_rope_inv_freq
-
-
-def _tf(path):
-    """``transformers.<path>``: a module (``models.llama.modeling_llama``) or an attribute of one, imported on use."""
-    pytest.importorskip("transformers")
-    module, _, name = path.rpartition(".")
-    try:
-        return importlib.import_module(f"transformers.{path}")
-    except ImportError:
-        return getattr(importlib.import_module(f"transformers.{module}" if module else "transformers"), name)
 
 
 def _phi3_factors():

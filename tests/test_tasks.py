@@ -182,6 +182,12 @@ _GOOD = dict(steps=1, batch=2, lr=1e-3, min_len=4, max_len=5, lag=LAG, vocab_siz
             "min_len must be >= 3 for task 'marker_recall'",
         ),
         ({"task": "copy"}, ValueError, "task must be one of"),
+        (
+            {"task": "associative_recall", "lag": None, "min_len": 8, "max_len": 12, "vocab_size": 16},
+            ValueError,
+            "min_len must be >= 9",
+        ),
+        ({"task": "passkey", "lag": 2, "vocab_size": 16}, ValueError, "task 'passkey' has no lag"),
     ],
 )
 def test_train_validates_its_arguments(change, error, pattern):
@@ -617,37 +623,6 @@ def test_a_tiny_model_learns_the_passkey_with_train():
             lambda: passkey_accuracy(Constant(16), length=20, depths=3, vocab_size=16, seed=0),
             TypeError,
             "depths must be a sequence",
-        ),
-        (
-            lambda: train(
-                Constant(16),
-                steps=1,
-                batch=2,
-                lr=1e-3,
-                min_len=8,
-                max_len=12,
-                vocab_size=16,
-                seed=0,
-                task="associative_recall",
-            ),
-            ValueError,
-            "min_len must be >= 9",
-        ),
-        (
-            lambda: train(
-                Constant(16),
-                steps=1,
-                batch=2,
-                lr=1e-3,
-                min_len=8,
-                max_len=12,
-                vocab_size=16,
-                seed=0,
-                task="passkey",
-                lag=2,
-            ),
-            ValueError,
-            "task 'passkey' has no lag",
         ),
     ],
 )

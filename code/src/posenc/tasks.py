@@ -440,6 +440,14 @@ class WithStartToken(nn.Module):
 PASSKEY_QUERY = 1  #: the query token of the passkey task (its marker is :data:`MARKER`)
 
 
+def _check_count(name: str, value: object, available: int, what: str) -> int:
+    """An int in ``[1, available]``: how many distinct tokens a task draws from ``available`` of them."""
+    value = check_int(name, value, minimum=1)
+    if value > available:
+        raise ValueError(f"{name} must be <= {available} ({what}), got {value}")
+    return value
+
+
 def associative_recall_vocabulary(vocab_size: int) -> tuple[range, range]:
     """The key tokens and the value tokens of associative recall: the lower and upper half of the ids.
 
@@ -477,11 +485,7 @@ def associative_recall_batch(
     generator = _check_generator("generator", generator)
     keys, values = associative_recall_vocabulary(vocab_size)
     batch = check_int("batch", batch, minimum=1)
-    num_pairs = check_int("num_pairs", num_pairs, minimum=1)
-    if num_pairs > len(keys):
-        raise ValueError(
-            f"num_pairs must be <= {len(keys)} (the key tokens of vocab_size={vocab_size}), got {num_pairs}"
-        )
+    num_pairs = _check_count("num_pairs", num_pairs, len(keys), f"the key tokens of vocab_size={vocab_size}")
     length = check_int("length", length, minimum=1)
     if length <= 2 * num_pairs:
         raise ValueError(
@@ -551,12 +555,9 @@ def passkey_batch(
     generator = _check_generator("generator", generator)
     digits, filler = passkey_vocabulary(vocab_size)
     batch = check_int("batch", batch, minimum=1)
-    key_length = check_int("key_length", key_length, minimum=1)
-    if key_length > len(digits):
-        raise ValueError(
-            f"key_length must be <= {len(digits)} (the distinct digit tokens of vocab_size={vocab_size}), "
-            f"got {key_length}"
-        )
+    key_length = _check_count(
+        "key_length", key_length, len(digits), f"the distinct digit tokens of vocab_size={vocab_size}"
+    )
     length = check_int("length", length, minimum=1)
     shortest = 2 * key_length + 2  # marker + key, query + key
     if length < shortest:
