@@ -1,8 +1,9 @@
 # Two commands do all set-up on a fresh machine with Python 3.10+ and make:
 #   make book   - create .venv if missing, install the pinned toolchain and posenc, build the site
 #                 and its PDF edition (printed by headless Chromium)
-#   make test   - the same set-up, then, in this order: lint (ruff), unit tests, workflow checks,
-#                 nbval, the warning-free build and PDF, the browser tests, the PDF checks
+#   make test   - the same set-up, then, in this order: lint (ruff), unit tests (the workflow
+#                 checks among them), nbval, the warning-free build and PDF, the browser tests,
+#                 the PDF checks
 # Also: make lint, make html (the site only), make pdf, make test-site (builds the site first), make execute (re-run every notebook
 # in place), make colab-check (every notebook as Colab runs it, in three environments of the
 # newest releases), make clean. Nothing but Python, make and (for the browser tests) Chromium
@@ -14,12 +15,16 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BUILD_FLAGS := -W -n --keep-going
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
+# pytest-xdist workers for the unit tests, nbval and the browser tests (auto: one per core).
+# nbval keeps each notebook whole on one worker (--dist loadfile): its cells share one kernel and
+# run in order.
+JOBS ?= auto
 
 # The steps of `make test` run one after another, in the order listed, even under make -j:
 # they share .venv and _build.
 .NOTPARALLEL:
 
-.PHONY: setup book html pdf test lint test-unit test-notebooks test-site test-pdf test-workflows browser execute colab-check clean
+.PHONY: setup book html pdf test lint test-unit test-notebooks test-site test-pdf lint-workflows browser execute colab-check clean
 
 setup: $(STAMP)
 
@@ -39,10 +44,21 @@ book: html pdf
 html: $(STAMP)
 	$(BIN)/jupyter-book build . $(BUILD_FLAGS)
 
-pdf: html browser
+# The PDF is printed again only when something it is made from changed (make test asks for it
+# three times: book, test-site, test-pdf); the site's copy of it is restored if the site was rebuilt.
+PDF_FILE := _build/pdf/posenc-book.pdf
+PDF_SOURCES := $(shell find book -type f -not -path '*/.*' -not -path '*/__pycache__/*') \
+	_config.yml _toc.yml tools/build_pdf.py tests/site/conftest.py requirements.txt
+
+pdf: html $(PDF_FILE)
+	@cmp -s $(PDF_FILE) _build/html/posenc-book.pdf || cp $(PDF_FILE) _build/html/posenc-book.pdf
+
+$(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 	$(BIN)/python tools/build_pdf.py
 
-test: lint test-unit test-workflows test-notebooks book test-site test-pdf
+# tools/lint-workflows.sh runs inside test-unit (tests/test_workflow.py, on the real workflows and
+# on broken ones), so `make lint-workflows` is a separate shortcut, not a step of `make test`.
+test: lint test-unit test-notebooks book test-site test-pdf
 
 # ruff over all the Python: code/, tests/, tools/, book/_ext/, benchmarks/ and the notebooks
 # (settings: ruff.toml, book/ruff.toml). Runs both checks, then fails if either found anything:
@@ -55,14 +71,14 @@ lint: $(STAMP)
 	exit $$status
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/site --ignore=tests/pdf
+	$(BIN)/python -m pytest -n $(JOBS) tests --ignore=tests/site --ignore=tests/pdf
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest $(NBVAL) book
+	$(BIN)/python -m pytest $(NBVAL) -n $(JOBS) --dist loadfile --durations=10 book
 
 # check-jsonschema (GitHub's workflow schema, vendored in the package: works offline) and zizmor
 # must report nothing; tests/test_workflow.py (run with the unit tests) checks the rest.
-test-workflows: $(STAMP)
+lint-workflows: $(STAMP)
 	@bash tools/lint-workflows.sh $(BIN)
 
 browser: $(STAMP)
@@ -71,7 +87,7 @@ browser: $(STAMP)
 # Builds the site first (Sphinx rebuilds only what changed), so that the browser tests never
 # look at a stale or missing site.
 test-site: book browser
-	$(BIN)/python -m pytest tests/site
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=10 tests/site
 
 # Checks the PDF edition: chapter titles, no TeX source, sane page count, working links; saves
 # page images under _build/screenshots.

@@ -15,6 +15,21 @@ book's repository, and then every cell runs, top to bottom. This tool does the s
 * a notebook fails on a cell error (cells tagged raises-exception excepted), on any output on
   stderr (warnings included), and on any output of its set-up cell, which must stay quiet.
 
+Which notebook runs where is derived, not listed. Every notebook runs in the first environment
+(through its real set-up cell), with a probe around it: a first, hidden cell puts a recorder in
+front of Python's import system (it records every top-level module an import looks up, and every
+distribution importlib.metadata is asked about, and changes nothing), and a last one reads it,
+together with the modules loaded when the notebook ends. In each further environment a notebook
+runs again only if it looked up a module or distribution that differs between the two
+environments (a different version, or present in one only; read from each venv's metadata), since
+only then can its result differ; a notebook that failed, or whose probe did not run, runs
+everywhere. The report shows, for each notebook, what it touched and where it ran. --every-env
+runs every notebook in every environment.
+
+Notebooks run --jobs at a time (default: one per core, at most 4), each in its own copy of the
+environment's venv (hard links, made once per venv build), since a set-up cell installs posenc
+into the venv it runs in. Each environment's notebooks start slowest first (times of the last run).
+
 Environments (--env, comma-separated; default tf5,tf4,none):
   tf5     newest transformers 5.x          each in its own venv under _build/colab-check/venvs,
   tf4     newest transformers 4.x          with the newest releases of what Colab preinstalls
@@ -28,7 +43,7 @@ A venv is reused while its requirement set and base Python are unchanged (a seco
 installs); --fresh rebuilds it with the then-newest releases. The table of results is printed and
 written to _build/colab-check/report.md; the exit status is 1 if any notebook failed.
 
-Usage: python tools/colab_check.py [--env tf5,tf4,none] [--notebooks rope,lab] [--fresh]
+Usage: python tools/colab_check.py [--env tf5,tf4,none] [--notebooks rope,lab] [--fresh] [--every-env] [--jobs N]
 """
 
 from __future__ import annotations
@@ -36,12 +51,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,6 +130,8 @@ class Result:
     ok: bool
     seconds: float
     problems: list = field(default_factory=list)
+    # Top-level modules and distributions the notebook looked up (None: its probe did not run).
+    touched: frozenset | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -217,7 +236,38 @@ def make_venv(name: str, base_python: str, fresh: bool) -> Path:
     # (where "Matplotlib is building the font cache" would be a line on stderr).
     run([python, "-I", "-c", "import matplotlib.pyplot"], env={**os.environ, "MPLCONFIGDIR": str(root / "mplconfig")})
     stamp.write_text(json.dumps(wanted, indent=1) + "\n")
+    (root / BUILD_ID).write_text(f"{time.time_ns()}\n")
     return python
+
+
+BUILD_ID = "colab-check.build"  # which build of a venv its copies were made from
+PRIVATE = ("mplconfig", "ipython")  # written while a notebook runs: each copy has its own
+
+
+def venv_copy(python: Path, number: int) -> Path:
+    """A second (third, ...) copy of a venv, to run another notebook at the same time.
+
+    The set-up cell installs posenc into the running venv, so two notebooks at once need two
+    venvs. The copy hard-links the venv's files (instant, no disk space; pip replaces files, it
+    does not write into them) except the folders a running kernel writes to, and is made again
+    whenever the venv is rebuilt. Its interpreter runs the copy: a venv is found from pyvenv.cfg
+    beside it.
+    """
+    root = python.parent.parent
+    copy = root.with_name(f"{root.name}-copy{number}")
+    if not (root / BUILD_ID).is_file():  # a venv from before copies existed
+        (root / BUILD_ID).write_text(f"{time.time_ns()}\n")
+    build = (root / BUILD_ID).read_text()
+    if (copy / BUILD_ID).is_file() and (copy / BUILD_ID).read_text() == build:
+        return copy / "bin" / "python"
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(
+        root, copy, symlinks=True, copy_function=os.link, ignore=lambda d, names: PRIVATE if d == str(root) else ()
+    )
+    for name in PRIVATE:
+        if (root / name).is_dir():
+            shutil.copytree(root / name, copy / name, symlinks=True)
+    return copy / "bin" / "python"
 
 
 def kernel_environment(base: dict, venv: Path | None) -> dict:
@@ -241,6 +291,100 @@ def write_kernelspec(kernels: Path, name: str, python: Path) -> str:
     }
     (folder / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
     return kernel_name
+
+
+def normalized(name: str) -> str:
+    """A distribution or module name as the probe writes it (PEP 503: runs of -_. become -)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def installed(python: Path) -> tuple[dict, dict]:
+    """A venv's distributions {normalized name: version} and {top-level module: [distributions]}."""
+    code = (
+        "import importlib.metadata as m, json, re\n"
+        "norm = lambda n: re.sub(r'[-_.]+', '-', n).lower()\n"
+        "dists = {norm(d.metadata['Name']): d.version for d in m.distributions() if d.metadata['Name']}\n"
+        "mods = {k: sorted({norm(n) for n in v}) for k, v in m.packages_distributions().items()}\n"
+        "print(json.dumps([dists, mods]))"
+    )
+    dists, modules = json.loads(probe(python, code))
+    return dists, modules
+
+
+def differing(first: tuple[dict, dict], other: tuple[dict, dict]) -> frozenset:
+    """Names (distributions and their top-level modules) that differ between two environments.
+
+    A distribution differs if its version differs or only one environment has it; posenc, which
+    the set-up cell installs afresh in each, never does.
+    """
+    (dists_a, modules_a), (dists_b, modules_b) = first, other
+    names = {n for n in dists_a.keys() | dists_b.keys() if dists_a.get(n) != dists_b.get(n)} - {"posenc"}
+    modules = {
+        normalized(module)
+        for mapping in (modules_a, modules_b)
+        for module, owners in mapping.items()
+        if names.intersection(owners)
+    }
+    return frozenset(names | modules)
+
+
+def can_differ(touched: frozenset | None, differ: frozenset) -> bool:
+    """Whether a notebook's result can differ in an environment: it touched something that differs
+    there, or what it touched is unknown (it failed, or its probe did not run)."""
+    return touched is None or bool(touched & differ)
+
+
+# The probe around a notebook (see the module's docstring): two code cells, removed again before the
+# outputs are checked. The recorder answers no lookup (it returns None), so imports are unchanged.
+PROBE_START = """\
+import sys as _colab_check_sys
+
+
+class _ColabCheckRecorder:
+    names = set()
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        cls.names.add(name.partition(".")[0])
+
+    @classmethod
+    def find_distributions(cls, context=None):
+        if getattr(context, "name", None):
+            cls.names.add(context.name)
+        return iter(())
+
+
+_colab_check_sys.meta_path.insert(0, _ColabCheckRecorder)
+"""
+PROBE_END = """\
+import json as _colab_check_json
+import re as _colab_check_re
+
+print(_colab_check_json.dumps(sorted(
+    {_colab_check_re.sub(r"[-_.]+", "-", n).lower() for n in _ColabCheckRecorder.names}
+    | {_colab_check_re.sub(r"[-_.]+", "-", m.partition(".")[0]).lower() for m in _colab_check_sys.modules}
+)))
+"""
+PROBE_TAG = "colab-check-probe"
+
+
+def add_probe(nb) -> None:
+    start = nbformat.v4.new_code_cell(PROBE_START, metadata={"tags": [PROBE_TAG]})
+    end = nbformat.v4.new_code_cell(PROBE_END, metadata={"tags": [PROBE_TAG]})
+    nb.cells = [start, *nb.cells, end]
+
+
+def remove_probe(nb) -> frozenset | None:
+    """Takes the probe's cells out again; returns what the notebook touched, or None if unknown."""
+    start, *cells, end = nb.cells
+    nb.cells = cells
+    if start.get("outputs") or not end.get("outputs"):
+        return None
+    text = "".join(o.get("text", "") for o in end.outputs if o.output_type == "stream" and o.name == "stdout")
+    try:
+        return frozenset(json.loads(text))
+    except ValueError:
+        return None
 
 
 def posenc_installed(python: Path) -> bool:
@@ -287,6 +431,7 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
         copy = Path(folder) / path.name
         shutil.copyfile(path, copy)
         nb = nbformat.read(copy, as_version=4)
+        add_probe(nb)
         client = NotebookClient(
             nb,
             timeout=TIMEOUT_S,
@@ -310,6 +455,7 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
             log.seek(0)
             problems.append(f"{type(error).__name__}: {short(str(error))}\nkernel log:\n{short(log.read(), 20)}")
     seconds = time.perf_counter() - start
+    touched = remove_probe(nb)
 
     code_cells = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     if code_cells and code_cells[0][1].get("outputs"):
@@ -325,7 +471,43 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
     got = record and {"url": record.get("url"), "commit_id": record.get("vcs_info", {}).get("commit_id")}
     if got != expected:
         problems.append(f"the set-up cell did not install posenc from {url} at {head[:12]}: {record}")
-    return Result(path.stem, env.name, not problems, seconds, problems)
+    return Result(path.stem, env.name, not problems, seconds, problems, touched)
+
+
+def run_notebooks(paths: list[Path], slots: list[tuple[Environment, str]], url: str, head: str) -> list[Result]:
+    """Run notebooks, as many at once as there are slots (a venv and its kernel each); results in
+    the order of paths, progress printed as each finishes."""
+    free: queue.Queue = queue.Queue()
+    for slot in slots:
+        free.put(slot)
+
+    def one(path: Path) -> Result:
+        env, kernel_name = free.get()
+        try:
+            return run_notebook(path, env, kernel_name, url, head)
+        finally:
+            free.put((env, kernel_name))
+
+    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+        futures = {pool.submit(one, path): path for path in paths}
+        for future in as_completed(futures):
+            result = future.result()
+            print(
+                f"[{result.env}] {result.notebook:20s} {'pass' if result.ok else 'FAIL'} {result.seconds:6.1f} s",
+                flush=True,
+            )
+            for problem in result.problems:
+                print("    " + problem.replace("\n", "\n    "), flush=True)
+    return [future.result() for future in futures]
+
+
+def longest_first(paths: list[Path]) -> list[Path]:
+    """The notebooks, the slowest of the last run first (so that no long one starts last)."""
+    last = json.loads(TIMES.read_text()) if TIMES.is_file() else {}
+    return sorted(paths, key=lambda p: (-last.get(p.stem, 0.0), p.name))
+
+
+TIMES = OUT / "times.json"  # each notebook's seconds in the first environment of the last run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -334,7 +516,9 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
 
 def table(results: list[Result], envs: list[Environment]) -> str:
     notebooks = list(dict.fromkeys(r.notebook for r in results))
+    first = envs[0].name
     cell = {(r.notebook, r.env): f"{'pass' if r.ok else '**FAIL**'} {r.seconds:.0f} s" for r in results}
+    cell = {(nb, e.name): cell.get((nb, e.name), f"as {first}") for nb in notebooks for e in envs[1:]} | cell
     lines = ["| notebook | " + " | ".join(e.name for e in envs) + " |", "|---" * (len(envs) + 1) + "|"]
     for nb in notebooks:
         lines.append(f"| {nb} | " + " | ".join(cell.get((nb, e.name), "-") for e in envs) + " |")
@@ -346,7 +530,31 @@ def table(results: list[Result], envs: list[Environment]) -> str:
     return "\n".join(lines)
 
 
-def report(results: list[Result], envs: list[Environment], head: str, seconds: float) -> str:
+def where(results: list[Result], envs: list[Environment], differ: dict) -> str:
+    """Why each notebook ran where it did: what it touched of what differs from the first environment."""
+    first = envs[0].name
+    lines = [
+        f"Every notebook ran in {first}; in another environment only if it touched a module or",
+        f'distribution that differs there from {first} ("as {first}" above: it touched none).',
+        "",
+        "| notebook | " + " | ".join(f"touched of what differs in {e.name}" for e in envs[1:]) + " |",
+        "|---" * len(envs) + "|",
+    ]
+    for r in results:
+        if r.env != first:
+            continue
+        row = []
+        for e in envs[1:]:
+            if r.touched is None or not r.ok:
+                row.append("unknown (failed, or no probe result): ran")
+            else:
+                hit = sorted(r.touched & differ[e.name])
+                row.append(", ".join(hit[:4]) + (f" and {len(hit) - 4} more" if len(hit) > 4 else "") or "nothing")
+        lines.append(f"| {r.notebook} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def report(results: list[Result], envs: list[Environment], head: str, seconds: float, differ: dict) -> str:
     failed = [r for r in results if not r.ok]
     parts = [
         "# Colab check",
@@ -355,6 +563,8 @@ def report(results: list[Result], envs: list[Environment], head: str, seconds: f
         "",
         table(results, envs),
     ]
+    if len(envs) > 1 and differ:
+        parts += ["", where(results, envs, differ)]
     for r in failed:
         parts += ["", f"## {r.notebook} [{r.env}]", "", "```", *r.problems, "```"]
     return "\n".join(parts) + "\n"
@@ -369,6 +579,9 @@ def main() -> int:
     parser.add_argument("--notebooks", default="", help="comma-separated parts of notebook names (default: all)")
     parser.add_argument("--python", default=getattr(sys, "_base_executable", sys.executable), help="base of the venvs")
     parser.add_argument("--fresh", action="store_true", help="rebuild the venvs with the newest releases")
+    parser.add_argument("--every-env", action="store_true", help="run every notebook in every environment")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    parser.add_argument("--jobs", type=int, default=min(cores, 4), help="notebooks at once (default: cores, at most 4)")
     parser.add_argument("--report", type=Path, default=OUT / "report.md")
     args = parser.parse_args()
     names = [n for n in args.env.split(",") if n]
@@ -383,6 +596,7 @@ def main() -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     envs: list[Environment] = []
+    differ: dict[str, frozenset] = {}  # environment -> names that differ there from the first
     with tempfile.TemporaryDirectory(prefix="colab-check-repo-") as scratch:
         work = Path(scratch)
         bare, checkout, head = clone_head(work)
@@ -406,14 +620,33 @@ def main() -> int:
             kernel_name = write_kernelspec(work / "jupyter", name, env.python)
             described = ", ".join(f"{k} {env.versions[k]}" for k in REPORTED if env.versions[k])
             print(f"[{name}] {described}", flush=True)
-            for path in notebooks:
-                result = run_notebook(path, env, kernel_name, url, head)
-                results.append(result)
-                print(f"[{name}] {path.stem:20s} {'pass' if result.ok else 'FAIL'} {result.seconds:6.1f} s", flush=True)
-                for problem in result.problems:
-                    print("    " + problem.replace("\n", "\n    "), flush=True)
-            uninstall_posenc(env.python)  # leave the Python as it was found
-    text = report(results, envs, head, time.perf_counter() - start)
+            packages = installed(env.python)
+            if not envs[:-1]:
+                first_packages, first_touched = packages, {}
+            else:
+                differ[name] = differing(first_packages, packages)
+                print(f"[{name}] differs from {envs[0].name} in {len(differ[name])} names", flush=True)
+            todo = [
+                path
+                for path in notebooks
+                if not envs[:-1] or args.every_env or can_differ(first_touched.get(path.stem), differ[name])
+            ]  # beyond the first environment: only where a notebook's result can differ
+            slots = [(env, kernel_name)]
+            if name != SYSTEM:  # Colab's own Python cannot be copied: one notebook at a time there
+                for number in range(2, min(args.jobs, len(todo)) + 1):
+                    copy = venv_copy(env.python, number)
+                    twin = Environment(name, copy, kernel_environment(base, copy.parent.parent), env.versions)
+                    slots.append((twin, write_kernelspec(work / "jupyter", f"{name}-{number}", copy)))
+            ran = run_notebooks(longest_first(todo), slots, url, head)
+            ran.sort(key=lambda r: r.notebook)
+            if not envs[:-1]:
+                first_touched = {r.notebook: r.touched if r.ok else None for r in ran}
+                last = json.loads(TIMES.read_text()) if TIMES.is_file() else {}
+                TIMES.write_text(json.dumps(last | {r.notebook: round(r.seconds, 1) for r in ran}, indent=1) + "\n")
+            results += ran
+            for slot, _ in slots:
+                uninstall_posenc(slot.python)  # leave the Pythons as they were found
+    text = report(results, envs, head, time.perf_counter() - start, differ)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
     print()

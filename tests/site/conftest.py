@@ -78,6 +78,28 @@ def guard(page) -> list[str]:
     return problems
 
 
+DESKTOP = {"width": 1280, "height": 900}
+TABLET = {"width": 900, "height": 900}
+PHONE = {"width": 390, "height": 844}
+
+
+@contextlib.contextmanager
+def open_page(browser, base_url: str, path: str, viewport: dict = DESKTOP, mode: str = "light"):
+    """A page of the site in a fresh browser context of this size and theme, loaded and with its
+    formulas typeset (the one way the browser tests open a page to look at it)."""
+    context = browser.new_context(viewport=viewport)
+    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    page = context.new_page()
+    try:
+        page.goto(base_url + path)
+        page.wait_for_load_state("networkidle")
+        if page.evaluate("document.querySelectorAll('.math').length"):
+            page.evaluate("MathJax.startup.promise")
+        yield page
+    finally:
+        context.close()
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
         pass

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import site_pages
+from conftest import open_page, site_pages
 
 PAGES = site_pages()
 SERIOUS = {"moderate", "serious", "critical"}
@@ -26,18 +26,9 @@ def axe():
 @pytest.mark.parametrize("mode", ["light", "dark"])
 @pytest.mark.parametrize("page_path", PAGES)
 def test_no_accessibility_violations(page_path, mode, axe, browser, base_url):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    try:
-        page.goto(base_url + page_path)
-        page.wait_for_load_state("networkidle")
-        if page.evaluate("document.querySelectorAll('.math').length"):
-            page.evaluate("MathJax.startup.promise")
+    with open_page(browser, base_url, page_path, mode=mode) as page:
         assert page.evaluate("document.documentElement.dataset.theme") == mode
         violations = axe.run(page).response["violations"]
-    finally:
-        context.close()
     found = [
         f"{v['id']} ({v['impact']}, {len(v['nodes'])} nodes): {v['help']}; first: {v['nodes'][0]['target']}"
         for v in violations

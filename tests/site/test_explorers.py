@@ -22,7 +22,7 @@ import torch
 
 import posenc
 
-from conftest import SITE, guard
+from conftest import DESKTOP, PHONE, SITE, guard
 
 PAGES = {
     "sinusoidal": "book/02_sinusoidal.html",
@@ -30,8 +30,6 @@ PAGES = {
     "rope2d": "book/06_rope.html",
     "scaling": "book/07_beyond.html",
 }
-DESKTOP = {"width": 1280, "height": 900}
-PHONE = {"width": 390, "height": 844}
 DATA = SITE / "_static" / "explorers"
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 MINUS = "\u2212"  # the readout writes minus signs as U+2212

@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from contextlib import contextmanager
 
 import pytest
 
-from conftest import ROOT, SITE
+from conftest import DESKTOP, PHONE, ROOT, SITE, TABLET, open_page
 
 CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
-DESKTOP = {"width": 1280, "height": 900}
-TABLET = {"width": 900, "height": 900}
-PHONE = {"width": 390, "height": 844}
 WIDTHS = {"1280": DESKTOP, "900": TABLET, "phone": PHONE}
 SUMMARY = "book/12_summary.html"
+
+
+def measured_widths(*widths: str) -> list:
+    """Widths for the tests that share measure(): each width's tests form one pytest-xdist group,
+    so that one worker visits each chapter once at that width (make test runs --dist loadgroup)."""
+    return [pytest.param(w, marks=pytest.mark.xdist_group(f"layout-{w}")) for w in widths]
+
+
 # A summary-table cell narrower than this is crushed (about six Korean syllables at 16 px; in print,
 # at the smaller print size, about five).
 MIN_CELL_WIDTH = 96
@@ -46,21 +50,6 @@ def _math_particles():
 # The Korean particles that attach to the word before them: a line must not start with one of them
 # right after a formula.
 PARTICLES = set(_math_particles().PARTICLES)
-
-
-@contextmanager
-def open_page(browser, base_url: str, path: str, viewport: dict, mode: str = "light"):
-    context = browser.new_context(viewport=viewport)
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    try:
-        page.goto(base_url + path)
-        page.wait_for_load_state("networkidle")
-        if page.evaluate("document.querySelectorAll('.math').length"):
-            page.evaluate("MathJax.startup.promise")
-        yield page
-    finally:
-        context.close()
 
 
 # --- 1. Sidebar toggles ---------------------------------------------------------------------------
@@ -151,7 +140,7 @@ def off_ratio(images: list[dict], where: str) -> list[str]:
 
 
 @pytest.mark.parametrize("media", ["screen", "print"])
-@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("width", measured_widths(*WIDTHS))
 def test_figures_keep_their_aspect_ratio(width, media, browser, base_url):
     faults, seen = [], 0
     for chapter in CHAPTERS:
@@ -199,7 +188,7 @@ WORD_BREAKS = r"""
 """
 
 
-@pytest.mark.parametrize("width", list(WIDTHS))
+@pytest.mark.parametrize("width", measured_widths(*WIDTHS))
 def test_no_line_break_inside_a_korean_word(width, browser, base_url):
     faults = []
     for chapter in CHAPTERS:
@@ -310,7 +299,7 @@ def attached(word: str) -> bool:
     return core in PARTICLES
 
 
-@pytest.mark.parametrize("width", ["1280", "phone"])
+@pytest.mark.parametrize("width", measured_widths("1280", "phone"))
 def test_no_line_starts_with_a_particle_after_a_formula(width, browser, base_url):
     faults = []
     for chapter in CHAPTERS:

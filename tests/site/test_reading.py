@@ -15,11 +15,10 @@ from urllib.parse import quote, urlsplit
 import pytest
 from PIL import Image
 
-from conftest import ROOT, SITE
+from conftest import PHONE, ROOT, SITE, open_page
 
 CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
 FIGURE_PAGE = "book/02_sinusoidal.html"
-PHONE = {"width": 390, "height": 844}
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 
 
@@ -114,12 +113,7 @@ def test_figures_are_opaque_images_with_korean_descriptions(browser, base_url):
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
 def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
-    page = context.new_page()
-    try:
-        page.goto(base_url + FIGURE_PAGE)
-        page.wait_for_load_state("networkidle")
+    with open_page(browser, base_url, FIGURE_PAGE, mode=mode) as page:
         assert page.evaluate("document.documentElement.dataset.theme") == mode
         backgrounds = page.evaluate(
             """() => Array.from(document.querySelectorAll('article img'))
@@ -131,19 +125,11 @@ def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
         )
         assert backgrounds and all(alpha == 255 for alpha in backgrounds)  # figures paint their own background
         page.screenshot(path=str(screenshots / f"theme-{mode}.png"), full_page=True)
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("page_path", [*CHAPTERS, "search.html"])
 def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screenshots):
-    context = browser.new_context(viewport=PHONE)
-    page = context.new_page()
-    try:
-        page.goto(base_url + page_path)
-        page.wait_for_load_state("networkidle")
-        if page.evaluate("document.querySelectorAll('.math').length"):
-            page.evaluate("MathJax.startup.promise")
+    with open_page(browser, base_url, page_path, PHONE) as page:
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         culprits = page.evaluate(
             """() => { const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) {
@@ -156,19 +142,12 @@ def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screens
         if page_path == "book/04_relative.html":
             page.screenshot(path=str(screenshots / "phone.png"), full_page=True)
         assert overflow <= 1, f"{page_path} is {overflow}px wider than a phone screen: {culprits}"
-    finally:
-        context.close()
 
 
 @pytest.mark.parametrize("page_path", [c for c in CHAPTERS if '<div class="math' in (SITE / c).read_text()])
 def test_display_equations_fit_or_scroll_on_a_phone(page_path, browser, base_url):
     """Every display equation fits its box or scrolls inside it; its number sits on its own line."""
-    context = browser.new_context(viewport=PHONE)
-    page = context.new_page()
-    try:
-        page.goto(base_url + page_path)
-        page.wait_for_load_state("networkidle")
-        page.evaluate("MathJax.startup.promise")
+    with open_page(browser, base_url, page_path, PHONE) as page:
         boxes = page.evaluate(
             """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]')).map(c => {
                  const box = c.getBoundingClientRect(), math = c.querySelector('mjx-math').getBoundingClientRect();
@@ -180,8 +159,6 @@ def test_display_equations_fit_or_scroll_on_a_phone(page_path, browser, base_url
                          inside: box.left >= -1 && box.right <= window.innerWidth + 1, numberBeside: !!beside};
                })"""
         )
-    finally:
-        context.close()
     assert boxes, f"{page_path}: no display equation found"
     problems = []
     for b in boxes:

@@ -1,0 +1,89 @@
+"""tools/colab_check.py decides from the notebooks themselves where each must run: every notebook in
+the first environment, and in another one only if it touched a module or distribution that differs
+there. These tests check the two halves of that decision: the probe records what a notebook looks
+up (and nothing it does not), and the comparison of two environments finds what differs.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+import colab_check  # a script in tools/, not a package
+
+
+def probed(*sources: str) -> tuple[frozenset | None, nbformat.NotebookNode]:
+    """Run a notebook of these code cells with the probe around it, in this Python's kernel."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    colab_check.add_probe(nb)
+    NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    return colab_check.remove_probe(nb), nb
+
+
+def test_the_probe_records_imports_spec_lookups_and_metadata_queries():
+    touched, nb = probed(
+        "import importlib.util\nassert importlib.util.find_spec('colab_check_absent_module') is None",
+        "import importlib.metadata as m\n"
+        "try:\n    m.version('Colab_Check.Absent-Dist')\nexcept m.PackageNotFoundError:\n    pass",
+        "import colorsys",
+    )
+    assert touched is not None
+    # names are normalized as distributions are (PEP 503), so modules and distributions compare
+    assert {"colab-check-absent-module", "colab-check-absent-dist", "colorsys"} <= touched
+    # the probe's cells are gone again: the notebook's own cells, untouched, and their outputs
+    assert [c.source.splitlines()[-1] for c in nb.cells] == [
+        "assert importlib.util.find_spec('colab_check_absent_module') is None",
+        "    pass",
+        "import colorsys",
+    ]
+
+
+def test_the_probe_records_nothing_the_notebook_does_not_touch():
+    touched, _ = probed("x = 1 + 1")
+    assert touched is not None
+    assert "colab-check-absent-module" not in touched and "colorsys" not in touched
+
+
+def test_a_notebook_whose_probe_did_not_finish_is_unknown():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("raise RuntimeError('planted')")])
+    colab_check.add_probe(nb)
+    with pytest.raises(Exception, match="planted"):
+        NotebookClient(nb, timeout=60, kernel_name="python3").execute()
+    assert colab_check.remove_probe(nb) is None
+    assert colab_check.can_differ(None, frozenset())  # so it runs in every environment
+
+
+def test_what_differs_between_two_environments():
+    tf5 = (
+        {"torch": "2.13.0", "transformers": "5.23.0", "huggingface-hub": "1.2.0", "numpy": "2.4.6", "posenc": "1.1.0"},
+        {
+            "torch": ["torch"],
+            "transformers": ["transformers"],
+            "huggingface_hub": ["huggingface-hub"],
+            "numpy": ["numpy"],
+        },
+    )
+    tf4 = (
+        {"torch": "2.13.0", "transformers": "4.57.1", "huggingface-hub": "0.36.0", "numpy": "2.4.6"},
+        {
+            "torch": ["torch"],
+            "transformers": ["transformers"],
+            "huggingface_hub": ["huggingface-hub"],
+            "numpy": ["numpy"],
+        },
+    )
+    none = ({"torch": "2.13.0", "numpy": "2.4.6"}, {"torch": ["torch"], "numpy": ["numpy"]})
+    assert colab_check.differing(tf5, tf4) == {"transformers", "huggingface-hub"}
+    assert colab_check.differing(tf5, none) == {"transformers", "huggingface-hub"}
+    assert colab_check.differing(tf5, tf5) == set()  # posenc never counts: each set-up cell installs it
+
+
+def test_a_notebook_runs_again_only_where_what_it_touched_differs():
+    differ = frozenset({"transformers", "huggingface-hub"})
+    assert colab_check.can_differ(frozenset({"torch", "transformers"}), differ)
+    assert not colab_check.can_differ(frozenset({"torch", "numpy", "matplotlib"}), differ)
