@@ -548,7 +548,10 @@ def where(results: list[Result], envs: list[Environment], differ: dict) -> str:
             if r.touched is None or not r.ok:
                 row.append("unknown (failed, or no probe result): ran")
             else:
-                hit = sorted(r.touched & differ[e.name])
+                # what the environment is about (transformers) first, then what came with it
+                named = [q for reqs in ENVIRONMENTS.values() for q in reqs] + requirements(e.name)
+                about = {normalized(re.split(r"[<>=!~]", q)[0]) for q in named}
+                hit = sorted(r.touched & differ[e.name], key=lambda n: (n not in about, n))
                 row.append(", ".join(hit[:4]) + (f" and {len(hit) - 4} more" if len(hit) > 4 else "") or "nothing")
         lines.append(f"| {r.notebook} | " + " | ".join(row) + " |")
     return "\n".join(lines)
