@@ -1,0 +1,105 @@
+"""What book/_ext/site_files.py, setup_cells.py and offline_mathjax.py do to the built site:
+
+- the copy button of code cells, the solution dropdowns' button and the print-only contents of
+  each page are labelled in Korean (these strings are not gettext messages);
+- the entry page (index.html) is Korean, has the book's title and icon, and lands on the
+  introduction with no failed request (it used to cost a /favicon.ico 404);
+- a Korean 404.html links to pages that exist;
+- each chapter's set-up cell is folded into a closed <details> with a Korean one-line summary;
+- MathJax's menu, which exists only in English, is off.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+import pytest
+
+from conftest import guard, open_page, site_pages
+
+HANGUL = re.compile(r"[\uac00-\ud7a3]")
+CHAPTERS = [p for p in site_pages() if re.fullmatch(r"book/\d\d_\w+\.html", p) and "12_summary" not in p]
+
+
+def test_no_english_label_is_left_in_the_built_files(site):
+    pages = [site / p for p in site_pages()]
+    assert pages
+    assert not [p.name for p in pages if 'aria-label="Page"' in p.read_text(encoding="utf-8")]
+    toggle = (site / "_static" / "togglebutton.js").read_text(encoding="utf-8")
+    assert "Toggle hidden content" not in toggle and 'aria-label="숨긴 내용 펼치기"' in toggle
+    copy = (site / "_static" / "copybutton.js").read_text(encoding="utf-8")
+    assert re.search(r"'ko': \{\s*'copy': '복사'", copy)
+
+
+def test_copy_and_dropdown_buttons_speak_korean(browser, base_url):
+    with open_page(browser, base_url, "book/02_sinusoidal.html") as page:
+        labels = page.evaluate(
+            """() => ({
+                copy: Array.from(document.querySelectorAll('button.copybtn')).map(b => b.dataset.tooltip),
+                icon: Array.from(document.querySelectorAll('button.copybtn svg title')).map(t => t.textContent),
+                toggle: Array.from(document.querySelectorAll('button.toggle-button'))
+                    .map(b => b.getAttribute('aria-label')),
+            })"""
+        )
+        page.locator("button.copybtn").nth(1).click(force=True)
+        after = page.locator("button.copybtn").nth(1).get_attribute("data-tooltip")
+    assert labels["copy"] and set(labels["copy"]) == {"복사"}, labels["copy"][:3]
+    assert labels["icon"] and all(HANGUL.search(t) for t in labels["icon"]), labels["icon"][:3]
+    assert labels["toggle"] and set(labels["toggle"]) == {"숨긴 내용 펼치기"}, labels["toggle"][:3]
+    assert after in ("복사했습니다", "복사하지 못했습니다"), after  # headless may refuse the clipboard
+
+
+def test_entry_page_is_korean_and_lands_on_the_introduction(site, browser, base_url):
+    text = (site / "index.html").read_text(encoding="utf-8")
+    assert '<html lang="ko">' in text and re.search(r"<title>[^<]*[\uac00-\ud7a3][^<]*</title>", text)
+    icon = re.search(r'<link rel="icon" href="([^"]+)"', text)
+    assert icon and (site / icon.group(1)).is_file()
+    page = browser.new_page()
+    problems = guard(page)  # every request: a 404 (such as /favicon.ico) is a problem
+    try:
+        page.goto(base_url)
+        page.wait_for_url("**/book/intro.html")
+        page.wait_for_load_state("networkidle")
+    finally:
+        page.close()
+    assert not problems, problems
+
+
+def test_the_404_page_is_korean_and_links_to_pages_that_exist(site):
+    text = (site / "404.html").read_text(encoding="utf-8")
+    assert '<html lang="ko">' in text and "페이지를 찾을 수 없습니다" in text
+    links = re.findall(r'href="([^"]+)"', text)
+    assert len(links) >= 3  # the icon, the introduction, the search
+    # On GitHub Pages the site lives under /<repository>/; every link is an absolute path there.
+    roots = {urlsplit(link).path.split("/")[1] for link in links}
+    assert len(roots) == 1, links
+    for link in links:
+        assert link.startswith("/"), link
+        assert (site / link.split("/", 2)[2]).is_file(), link
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS)
+def test_the_set_up_cell_is_folded_with_a_korean_summary(page_path, browser, base_url):
+    with open_page(browser, base_url, page_path) as page:
+        folds = page.locator("details.setup-cell")
+        assert folds.count() == 1, f"{page_path}: {folds.count()} folded set-up cells"
+        fold = folds.first
+        summary = fold.locator("summary").inner_text()
+        code = fold.locator("pre")
+        assert HANGUL.search(summary) and "posenc" in summary
+        assert not fold.evaluate("d => d.open") and not code.is_visible()
+        assert code.text_content().startswith("# Set-up:")  # the whole cell is kept, only folded
+        fold.locator("summary").click()
+        assert code.is_visible()
+        # no other cell is folded, and the set-up cell is the first code cell
+        first_code = page.evaluate("document.querySelector('div.cell pre').innerText")
+        assert first_code.startswith("# Set-up:")
+
+
+def test_mathjax_has_no_english_menu(browser, base_url):
+    with open_page(browser, base_url, "book/02_sinusoidal.html") as page:
+        assert page.evaluate("MathJax.config.options.enableMenu") is False
+        page.locator("mjx-container").first.click(button="right")
+        page.wait_for_timeout(300)
+        assert page.locator(".CtxtMenu_Menu").count() == 0
