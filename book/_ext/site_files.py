@@ -15,6 +15,10 @@ introduction. A 404.html in Korean (GitHub Pages serves it for any missing page,
 so its links are absolute paths under the site's root on Pages) links to the introduction and
 the search page.
 
+The download menu of each page offered ".pdf", which only printed the page (window.print()); it
+now links the book's PDF edition (tools/build_pdf.py puts it at the site's root), the one a
+reader looking for a PDF wants; a page can still be printed from the browser.
+
 Each replacement is checked: if the upstream text has changed and neither it nor the Korean is
 in the file, the build fails, so a theme upgrade that moves a string is noticed.
 """
@@ -125,6 +129,29 @@ def pages_root(app: Sphinx) -> str:
     return f"/{name}/" if name else "/"
 
 
+BOOK_PDF = "posenc-book.pdf"  # tools/build_pdf.py: SITE_COPY
+
+
+def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Replace the download menu's print-this-page entry by a link to the book's PDF edition.
+
+    Runs after sphinx-book-theme has made its header buttons (priority 501)."""
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "download-buttons":
+            continue
+        for index, button in enumerate(group["buttons"]):
+            if button.get("label") == "download-pdf-button":
+                group["buttons"][index] = {
+                    "type": "link",
+                    "url": context["pathto"](BOOK_PDF, 1),
+                    "text": "책 전체 PDF",
+                    "tooltip": "책 전체를 PDF로 내려받기",
+                    "icon": "fas fa-file-pdf",
+                    "label": "download-book-pdf-button",
+                }
+
+
 def setup(app: Sphinx) -> dict[str, object]:
+    app.connect("html-page-context", book_pdf_in_download_menu, priority=502)
     app.connect("build-finished", _finish)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

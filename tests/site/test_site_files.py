@@ -6,7 +6,8 @@
   introduction with no failed request (it used to cost a /favicon.ico 404);
 - a Korean 404.html links to pages that exist;
 - each chapter's set-up cell is folded into a closed <details> with a Korean one-line summary;
-- MathJax's menu, which exists only in English, is off.
+- MathJax's menu, which exists only in English, is off;
+- the download menu offers the book's PDF edition, not a print of the page.
 """
 
 from __future__ import annotations
@@ -103,3 +104,16 @@ def test_mathjax_has_no_english_menu(browser, base_url):
         page.locator("mjx-container").first.click(button="right")
         page.wait_for_timeout(300)
         assert page.locator(".CtxtMenu_Menu").count() == 0
+
+
+@pytest.mark.parametrize("page_path", ["book/intro.html", "book/06_rope.html"])
+def test_the_download_menu_offers_the_book_pdf(page_path, site, browser, base_url):
+    assert (site / "posenc-book.pdf").is_file(), "the site has no PDF edition (make pdf)"
+    with open_page(browser, base_url, page_path) as page:
+        menu = page.locator(".dropdown-download-buttons")
+        assert "window.print" not in menu.inner_html()
+        page.locator(".dropdown-download-buttons button").first.click()
+        link = menu.locator("a", has_text="책 전체 PDF")
+        assert link.is_visible()
+        response = page.request.get(link.evaluate("a => a.href"))
+        assert response.ok and response.headers["content-type"] == "application/pdf"
