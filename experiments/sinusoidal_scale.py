@@ -47,6 +47,7 @@ def load_lab():
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scale", type=float, nargs="+", default=[50.0], help="token-embedding factors")
+    parser.add_argument("--seeds", type=int, nargs="+", help="default: the record's seeds (0..4)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", type=Path, default=HERE / "lab" / "sinusoidal_scale.csv")
     args = parser.parse_args(argv)
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     min_len, steps, lr = options.pop("min_len"), options.pop("steps"), options.pop("lr")
     rows = []
     for scale in args.scale:
-        for seed in config["seeds"]:
+        for seed in args.seeds or config["seeds"]:
             tick = time.perf_counter()
             model = TinyTransformer(
                 config["vocab_size"],
