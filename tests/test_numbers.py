@@ -54,8 +54,11 @@ from test_typography import MATH_SPAN, prose
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Chapters 9 and 10 are being rewritten in branch lab9 (the lab and the context-extension experiments,
-# with new recorded numbers); they join this test when that branch is merged. Chapter 12 is a .md page.
+# Chapters 9 and 10 were rewritten on the recorded experiments at the same time as this test was
+# written; on merging, the test found 21 numbers in chapter 9's prose and 3 in chapter 10's that no
+# nearby code computes or asserts (e.g. 9: "시드 1000", "0.11바퀴(약 40°)", "250칸"; 10: "650바퀴",
+# plus "3만" read as 30000 where 만 means "only" and "posenc 1.1", a version). They stay out until
+# those are tied to code (issue 21). Chapter 12 is a .md page.
 NOT_YET_CHECKED = {"09_lab.ipynb", "10_extension.ipynb"}
 CHAPTERS = sorted(p for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb") if p.name not in NOT_YET_CHECKED)
 
