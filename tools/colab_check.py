@@ -5,7 +5,8 @@ posenc. The notebook's first code cell (its set-up cell) installs posenc with pi
 book's repository, and then every cell runs, top to bottom. This tool does the same here:
 
 * the notebooks come from a clean clone of the committed HEAD (uncommitted changes are not
-  tested), and each runs in a fresh kernel from an empty temporary folder holding only itself;
+  tested), and each runs in a fresh kernel from an empty temporary folder holding only itself,
+  with an empty temporary folder of its own as TMPDIR (as a fresh runtime has);
 * the set-up cell's `pip install git+<repository URL>` is served from a bare clone of HEAD:
   git's `url.<base>.insteadOf`, passed to the kernel in GIT_CONFIG_* variables (the user's git
   configuration is untouched), redirects the repository URL from _config.yml to it, so nothing
@@ -440,7 +441,11 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
             store_widget_state=False,
         )
         try:
-            client.execute(env=env.kernel_env, stdout=log, stderr=subprocess.STDOUT)
+            # A fresh runtime has an empty temporary folder: each run gets its own (two notebooks
+            # running at once must not meet there, nor find what an earlier run left).
+            scratch = Path(folder) / "tmp"
+            scratch.mkdir()
+            client.execute(env={**env.kernel_env, "TMPDIR": str(scratch)}, stdout=log, stderr=subprocess.STDOUT)
         except CellExecutionError as error:
             failed = [
                 f"{i} ({c.get('id')})"
