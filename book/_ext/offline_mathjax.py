@@ -5,10 +5,6 @@ copy inside the built site and copies MathJax 3's ``es5`` distribution there onc
 HTML build has finished. The files come from the pinned PyPI package
 ``django-static-mathjax`` (installed by requirements.txt); nothing of MathJax is
 committed to this repository.
-
-It also turns off MathJax's right-click menu, which exists only in English (MathJax 3 has no
-Korean locale); what it offered a screen reader stays: MathJax's assistive MathML is on by
-default, independent of the menu.
 """
 
 from __future__ import annotations
@@ -41,13 +37,6 @@ def _use_local_path(app: Sphinx, config: Config) -> None:
     config.mathjax_path = f"{STATIC_SUBDIR}/{ENTRY_POINT}"
 
 
-def _no_menu(app: Sphinx) -> None:
-    # Late (builder-inited), on top of whatever mathjax3_config MyST or the book has set.
-    config = dict(app.config.mathjax3_config or {})
-    config["options"] = {**config.get("options", {}), "enableMenu": False}
-    app.config.mathjax3_config = config
-
-
 def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:
     if exception is not None or app.builder.format != "html":
         return
@@ -58,6 +47,5 @@ def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:
 def setup(app: Sphinx) -> dict[str, object]:
     mathjax_source()  # fail early, before a long build, if the package is missing
     app.connect("config-inited", _use_local_path)
-    app.connect("builder-inited", _no_menu)
     app.connect("build-finished", _copy_mathjax)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

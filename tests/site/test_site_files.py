@@ -6,7 +6,6 @@
   introduction with no failed request (it used to cost a /favicon.ico 404);
 - a Korean 404.html links to pages that exist;
 - each chapter's set-up cell is folded into a closed <details> with a Korean one-line summary;
-- MathJax's menu, which exists only in English, is off;
 - the download menu offers the book's PDF edition, not a print of the page.
 """
 
@@ -96,14 +95,6 @@ def test_the_set_up_cell_is_folded_with_a_korean_summary(page_path, browser, bas
         # no other cell is folded, and the set-up cell is the first code cell
         first_code = page.evaluate("document.querySelector('div.cell pre').innerText")
         assert first_code.startswith("# Set-up:")
-
-
-def test_mathjax_has_no_english_menu(browser, base_url):
-    with open_page(browser, base_url, "book/02_sinusoidal.html") as page:
-        assert page.evaluate("MathJax.config.options.enableMenu") is False
-        page.locator("mjx-container").first.click(button="right")
-        page.wait_for_timeout(300)
-        assert page.locator(".CtxtMenu_Menu").count() == 0
 
 
 @pytest.mark.parametrize("page_path", ["book/intro.html", "book/06_rope.html"])
