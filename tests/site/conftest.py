@@ -25,6 +25,9 @@ SITE = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # Folders of the build that hold assets and sources, not pages.
 NOT_PAGES = {"_static", "_sources", "_images"}
+# GitHub Pages' page for a missing address: its links are absolute under the site's path on Pages,
+# so it is checked on its own (tests/site/test_site_files.py), not as a page of the book.
+NOT_BOOK_PAGES = {"404.html"}
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -50,7 +53,9 @@ def site_pages() -> list[str]:
     if not SITE.is_dir():
         return []
     return sorted(
-        str(p.relative_to(SITE)) for p in SITE.rglob("*.html") if not (NOT_PAGES & set(p.relative_to(SITE).parts))
+        str(p.relative_to(SITE))
+        for p in SITE.rglob("*.html")
+        if not (NOT_PAGES & set(p.relative_to(SITE).parts)) and str(p.relative_to(SITE)) not in NOT_BOOK_PAGES
     )
 
 
