@@ -87,7 +87,7 @@ browser: $(STAMP)
 # Builds the site first (Sphinx rebuilds only what changed), so that the browser tests never
 # look at a stale or missing site.
 test-site: book browser
-	$(BIN)/python -m pytest -n $(JOBS) --dist loadgroup --durations=10 tests/site
+	$(BIN)/python -m pytest -n $(JOBS) --durations=10 tests/site
 
 # Checks the PDF edition: chapter titles, no TeX source, sane page count, working links; saves
 # page images under _build/screenshots.

@@ -13,7 +13,10 @@ Each test collects every fault on every chapter at one width and reports them al
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import json
+import os
 import re
 
 import pytest
@@ -23,12 +26,6 @@ from conftest import DESKTOP, PHONE, ROOT, SITE, TABLET, open_page
 CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
 WIDTHS = {"1280": DESKTOP, "900": TABLET, "phone": PHONE}
 SUMMARY = "book/12_summary.html"
-
-
-def measured_widths(*widths: str) -> list:
-    """Widths for the tests that share measure(): each width's tests form one pytest-xdist group,
-    so that one worker visits each chapter once at that width (make test runs --dist loadgroup)."""
-    return [pytest.param(w, marks=pytest.mark.xdist_group(f"layout-{w}")) for w in widths]
 
 
 # A summary-table cell narrower than this is crushed (about six Korean syllables at 16 px; in print,
@@ -140,11 +137,11 @@ def off_ratio(images: list[dict], where: str) -> list[str]:
 
 
 @pytest.mark.parametrize("media", ["screen", "print"])
-@pytest.mark.parametrize("width", measured_widths(*WIDTHS))
-def test_figures_keep_their_aspect_ratio(width, media, browser, base_url):
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_figures_keep_their_aspect_ratio(width, media, measured):
     faults, seen = [], 0
-    for chapter in CHAPTERS:
-        images = measure(browser, base_url, width, chapter)["images" if media == "screen" else "print_images"]
+    for chapter, found in measured(width).items():
+        images = found["images" if media == "screen" else "print_images"]
         seen += len(images)
         faults += off_ratio(images, chapter)
     assert seen, "no figures found"
@@ -188,11 +185,11 @@ WORD_BREAKS = r"""
 """
 
 
-@pytest.mark.parametrize("width", measured_widths(*WIDTHS))
-def test_no_line_break_inside_a_korean_word(width, browser, base_url):
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_no_line_break_inside_a_korean_word(width, measured):
     faults = []
-    for chapter in CHAPTERS:
-        faults += [f"{chapter}: {b}" for b in measure(browser, base_url, width, chapter)["breaks"]]
+    for chapter, found in measured(width).items():
+        faults += [f"{chapter}: {b}" for b in found["breaks"]]
     assert not faults, f"{len(faults)} Korean words broken across lines ({width}):\n" + "\n".join(faults[:40])
 
 
@@ -299,11 +296,11 @@ def attached(word: str) -> bool:
     return core in PARTICLES
 
 
-@pytest.mark.parametrize("width", measured_widths("1280", "phone"))
-def test_no_line_starts_with_a_particle_after_a_formula(width, browser, base_url):
+@pytest.mark.parametrize("width", ["1280", "phone"])
+def test_no_line_starts_with_a_particle_after_a_formula(width, measured):
     faults = []
-    for chapter in CHAPTERS:
-        for hit in measure(browser, base_url, width, chapter)["after_math"]:
+    for chapter, found in measured(width).items():
+        for hit in found["after_math"]:
             if attached(hit["word"]) and not hit["tooWide"]:
                 faults.append(f"{chapter}: {hit['context']!r}")
     assert not faults, f"{len(faults)} lines start with a particle after a formula ({width}):\n" + "\n".join(
@@ -313,21 +310,52 @@ def test_no_line_starts_with_a_particle_after_a_formula(width, browser, base_url
 
 # --- One visit per chapter and width --------------------------------------------------------------
 
-_MEASURED: dict[tuple[str, str], dict] = {}
+
+@pytest.fixture(scope="session")
+def measured(browser, base_url, tmp_path_factory):
+    """measured(width): {chapter: what the tests above look at on it at this width}.
+
+    Each chapter is visited once per width in the whole test session, also when pytest-xdist
+    spreads these tests over several workers: a worker measures the chapters no other worker is
+    measuring (a lock per chapter and width) and writes each result to a folder all workers
+    share; then it reads the rest, waiting for those still being measured.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' basetemps are siblings in one run's folder
+    folder = shared / "layout-measurements"
+    folder.mkdir(exist_ok=True)
+
+    def one(width: str, chapter: str, wait: bool) -> dict | None:
+        path = folder / f"{width}--{chapter.replace('/', '__')}.json"
+        with open(path.with_suffix(".lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None  # another worker is measuring it
+            if not path.exists():
+                path.write_text(json.dumps(measure(browser, base_url, width, chapter)))
+            return json.loads(path.read_text())
+
+    def get(width: str) -> dict[str, dict]:
+        found = {chapter: one(width, chapter, wait=False) for chapter in CHAPTERS}
+        for chapter in CHAPTERS:
+            if found[chapter] is None:
+                found[chapter] = one(width, chapter, wait=True)
+        return found
+
+    return get
 
 
 def measure(browser, base_url: str, width: str, chapter: str) -> dict:
-    """What the tests above look at on one chapter at one width, measured once per test session."""
-    key = (width, chapter)
-    if key not in _MEASURED:
-        with open_page(browser, base_url, chapter, WIDTHS[width]) as page:
-            found = {
-                "images": page.evaluate(IMAGE_RATIOS),
-                "breaks": page.evaluate(WORD_BREAKS),
-                "after_math": page.evaluate(AFTER_MATH),
-            }
-            page.emulate_media(media="print")
-            page.wait_for_timeout(100)
-            found["print_images"] = page.evaluate(IMAGE_RATIOS)
-        _MEASURED[key] = found
-    return _MEASURED[key]
+    """Load one chapter at one width and measure it, on screen and in print."""
+    with open_page(browser, base_url, chapter, WIDTHS[width]) as page:
+        found = {
+            "images": page.evaluate(IMAGE_RATIOS),
+            "breaks": page.evaluate(WORD_BREAKS),
+            "after_math": page.evaluate(AFTER_MATH),
+        }
+        page.emulate_media(media="print")
+        page.wait_for_timeout(100)
+        found["print_images"] = page.evaluate(IMAGE_RATIOS)
+    return found
