@@ -46,12 +46,13 @@ html: $(STAMP)
 
 # The PDF is printed again only when something it is made from changed (make test asks for it
 # three times: book, test-site, test-pdf); the site's copy of it is restored if the site was rebuilt.
-PDF_FILE := _build/pdf/posenc-book.pdf
+PDF_NAME := $(shell sed -n 's/^ *book_pdf: *//p' _config.yml)
+PDF_FILE := _build/pdf/$(PDF_NAME)
 PDF_SOURCES := $(shell find book -type f -not -path '*/.*' -not -path '*/__pycache__/*') \
 	_config.yml _toc.yml tools/build_pdf.py tests/site/conftest.py requirements.txt
 
 pdf: html $(PDF_FILE)
-	@cmp -s $(PDF_FILE) _build/html/posenc-book.pdf || cp $(PDF_FILE) _build/html/posenc-book.pdf
+	@cmp -s $(PDF_FILE) _build/html/$(PDF_NAME) || cp $(PDF_FILE) _build/html/$(PDF_NAME)
 
 $(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 	$(BIN)/python tools/build_pdf.py

@@ -9,8 +9,9 @@ links and writes a PDF outline from the headings.
 
 Steps: `jupyter-book build . --builder singlehtml` (warning-free, like the site) -> one HTML
 file whose in-book links are made in-document (#anchor) -> served on 127.0.0.1 -> Chromium with
-print media, after MathJax has typeset every formula -> _build/pdf/posenc-book.pdf, also copied
-into the HTML site (_build/html/posenc-book.pdf) that the introduction links to.
+print media, after MathJax has typeset every formula -> _build/pdf/<book_pdf>, also copied
+into the HTML site (_build/html/<book_pdf>) that the introduction links to; the file name is
+_config.yml's sphinx.config.book_pdf.
 
 Usage: python tools/build_pdf.py [--skip-build]
 """
@@ -29,8 +30,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SINGLE = ROOT / "_build" / "singlehtml"
-PDF = ROOT / "_build" / "pdf" / "posenc-book.pdf"
-SITE_COPY = ROOT / "_build" / "html" / "posenc-book.pdf"
+# the file name is set once, in _config.yml (sphinx.config.book_pdf)
+PDF_NAME = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["book_pdf"]
+PDF = ROOT / "_build" / "pdf" / PDF_NAME
+SITE_COPY = ROOT / "_build" / "html" / PDF_NAME
 PRINT_PAGE = "print.html"
 sys.path.insert(0, str(ROOT / "tests" / "site"))
 from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the browser tests' own settings

@@ -302,14 +302,15 @@ def normalized(name: str) -> str:
 def installed(python: Path) -> tuple[dict, dict]:
     """A venv's distributions {normalized name: version} and {top-level module: [distributions]}."""
     code = (
-        "import importlib.metadata as m, json, re\n"
-        "norm = lambda n: re.sub(r'[-_.]+', '-', n).lower()\n"
-        "dists = {norm(d.metadata['Name']): d.version for d in m.distributions() if d.metadata['Name']}\n"
-        "mods = {k: sorted({norm(n) for n in v}) for k, v in m.packages_distributions().items()}\n"
-        "print(json.dumps([dists, mods]))"
+        "import importlib.metadata as m, json\n"
+        "dists = [[d.metadata['Name'], d.version] for d in m.distributions() if d.metadata['Name']]\n"
+        "print(json.dumps([dists, m.packages_distributions()]))"
     )
     dists, modules = json.loads(probe(python, code))
-    return dists, modules
+    return (
+        {normalized(name): version for name, version in dists},
+        {module: sorted({normalized(n) for n in names}) for module, names in modules.items()},
+    )
 
 
 def differing(first: tuple[dict, dict], other: tuple[dict, dict]) -> frozenset:
@@ -357,13 +358,12 @@ class _ColabCheckRecorder:
 
 _colab_check_sys.meta_path.insert(0, _ColabCheckRecorder)
 """
+# prints the names as found; remove_probe normalizes them
 PROBE_END = """\
 import json as _colab_check_json
-import re as _colab_check_re
 
 print(_colab_check_json.dumps(sorted(
-    {_colab_check_re.sub(r"[-_.]+", "-", n).lower() for n in _ColabCheckRecorder.names}
-    | {_colab_check_re.sub(r"[-_.]+", "-", m.partition(".")[0]).lower() for m in _colab_check_sys.modules}
+    _ColabCheckRecorder.names | {m.partition(".")[0] for m in _colab_check_sys.modules}
 )))
 """
 PROBE_TAG = "colab-check-probe"
@@ -383,7 +383,7 @@ def remove_probe(nb) -> frozenset | None:
         return None
     text = "".join(o.get("text", "") for o in end.outputs if o.output_type == "stream" and o.name == "stdout")
     try:
-        return frozenset(json.loads(text))
+        return frozenset(normalized(name) for name in json.loads(text))
     except ValueError:
         return None
 

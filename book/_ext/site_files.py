@@ -129,9 +129,6 @@ def pages_root(app: Sphinx) -> str:
     return f"/{name}/" if name else "/"
 
 
-BOOK_PDF = "posenc-book.pdf"  # tools/build_pdf.py: SITE_COPY
-
-
 def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
     """Replace the download menu's print-this-page entry by a link to the book's PDF edition.
 
@@ -143,7 +140,7 @@ def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, con
             if button.get("label") == "download-pdf-button":
                 group["buttons"][index] = {
                     "type": "link",
-                    "url": context["pathto"](BOOK_PDF, 1),
+                    "url": context["pathto"](app.config.book_pdf, 1),
                     "text": "책 전체 PDF",
                     "tooltip": "책 전체를 PDF로 내려받기",
                     "icon": "fas fa-file-pdf",
@@ -152,6 +149,8 @@ def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, con
 
 
 def setup(app: Sphinx) -> dict[str, object]:
+    # the PDF edition's file name at the site's root (_config.yml sets it; tools/build_pdf.py writes it)
+    app.add_config_value("book_pdf", "book.pdf", "html", types=[str])
     app.connect("html-page-context", book_pdf_in_download_menu, priority=502)
     app.connect("build-finished", _finish)
     return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,6 +1,6 @@
 """The PDF edition (make pdf): complete, typeset, linked, and looked at.
 
-Checks the built _build/pdf/posenc-book.pdf: every chapter's title is in its text; no TeX source
+Checks the built PDF edition (_build/pdf/, named in _config.yml): every chapter's title is in its text; no TeX source
 was left untypeset; the page count is sane; in-document links (cross-references, citations)
 point to destinations that exist; the outline lists the chapters. A few pages are saved as PNGs
 under _build/screenshots/ for review by eye.
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-PDF = ROOT / "_build" / "pdf" / "posenc-book.pdf"
+PDF = ROOT / "_build" / "pdf" / yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["book_pdf"]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 # Math delimiters never survive typesetting; TeX commands are looked for in prose lines only
 # (code cells legitimately hold matplotlib labels such as r"$\theta_i$").

@@ -15,8 +15,11 @@ import re
 from urllib.parse import urlsplit
 
 import pytest
+import yaml
 
-from conftest import guard, open_page, site_pages
+from conftest import ROOT, guard, open_page, site_pages
+
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 
 HANGUL = re.compile(r"[\uac00-\ud7a3]")
 CHAPTERS = [p for p in site_pages() if re.fullmatch(r"book/\d\d_\w+\.html", p) and "12_summary" not in p]
@@ -99,7 +102,7 @@ def test_the_set_up_cell_is_folded_with_a_korean_summary(page_path, browser, bas
 
 @pytest.mark.parametrize("page_path", ["book/intro.html", "book/06_rope.html"])
 def test_the_download_menu_offers_the_book_pdf(page_path, site, browser, base_url):
-    assert (site / "posenc-book.pdf").is_file(), "the site has no PDF edition (make pdf)"
+    assert (site / CONFIG["sphinx"]["config"]["book_pdf"]).is_file(), "the site has no PDF edition (make pdf)"
     with open_page(browser, base_url, page_path) as page:
         menu = page.locator(".dropdown-download-buttons")
         assert "window.print" not in menu.inner_html()
