@@ -72,10 +72,13 @@ lint: $(STAMP)
 	exit $$status
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -n $(JOBS) tests --ignore=tests/site --ignore=tests/pdf
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n $(JOBS) tests --ignore=tests/site --ignore=tests/pdf
 
+# One compute thread per kernel: the kernels share the cores, and two kernels of two threads each
+# on two cores train several times slower than two of one thread (the stored outputs are the same
+# either way; tools/execute_notebooks.py writes them with the same setting).
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest $(NBVAL) -n $(JOBS) --dist loadfile --durations=10 book
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(NBVAL) -n $(JOBS) --dist loadfile --durations=10 book
 
 # check-jsonschema (GitHub's workflow schema, vendored in the package: works offline) and zizmor
 # must report nothing; tests/test_workflow.py (run with the unit tests) checks the rest.

@@ -30,6 +30,9 @@ runs every notebook in every environment.
 Notebooks run --jobs at a time (default: one per core, at most 4), each in its own copy of the
 environment's venv (hard links, made once per venv build), since a set-up cell installs posenc
 into the venv it runs in. Each environment's notebooks start slowest first (times of the last run).
+With more than one notebook at a time, each kernel gets one thread for torch and BLAS
+(OMP_NUM_THREADS=1, unless set by the caller), as make test-notebooks runs nbval: two kernels of
+two threads each on two cores run several times slower than two of one thread.
 
 Environments (--env, comma-separated; default tf5,tf4,none):
   tf5     newest transformers 5.x          each in its own venv under _build/colab-check/venvs,
@@ -278,6 +281,15 @@ def kernel_environment(base: dict, venv: Path | None) -> dict:
         env["MPLCONFIGDIR"] = str(venv / "mplconfig")
         env["IPYTHONDIR"] = str(venv / "ipython")  # no startup files of this machine's user
     return {**env, **base}
+
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+def one_thread(env: dict) -> None:
+    """One compute thread per kernel, for kernels that share the cores; a value the caller set stays."""
+    for variable in THREAD_VARIABLES:
+        env.setdefault(variable, "1")
 
 
 def write_kernelspec(kernels: Path, name: str, python: Path) -> str:
@@ -645,6 +657,9 @@ def main() -> int:
                     copy = venv_copy(env.python, number)
                     twin = Environment(name, copy, kernel_environment(base, copy.parent.parent), env.versions)
                     slots.append((twin, write_kernelspec(work / "jupyter", f"{name}-{number}", copy)))
+            if len(slots) > 1:
+                for slot, _ in slots:
+                    one_thread(slot.kernel_env)
             ran = run_notebooks(longest_first(todo), slots, url, head)
             ran.sort(key=lambda r: r.notebook)
             if not envs[:-1]:

@@ -2,7 +2,8 @@
 
 Each notebook runs top to bottom in a fresh kernel (working directory: its own folder),
 with no timing metadata recorded and print output joined into one block per stream, so
-that executing twice gives byte-identical files.
+that executing twice gives byte-identical files. The kernel gets one compute thread
+(OMP_NUM_THREADS=1, unless already set), as nbval and the Colab-like check run it.
 
 Usage: python tools/execute_notebooks.py [PATH ...]   (folders are searched for *.ipynb)
 """
@@ -10,6 +11,7 @@ Usage: python tools/execute_notebooks.py [PATH ...]   (folders are searched for 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -80,6 +82,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("paths", nargs="*", type=Path, default=[Path("book")])
     args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # the kernel inherits it
     for path in notebooks_under(args.paths):
         print(f"executing {path}", file=sys.stderr)
         execute(path)
