@@ -27,7 +27,7 @@ def _paper_slopes(n):
     ]
 
 
-@pytest.mark.parametrize("num_heads", range(1, 65))
+@pytest.mark.parametrize("num_heads", [*range(1, 65), 112])  # 112: BLOOM-176B, chapter 9
 def test_slopes_equal_bloom(num_heads):
     alibi = build_alibi_tensor(torch.ones(1, 2), num_heads, torch.float32)  # (h, 1, 2): slope * key position
     # BLOOM raises to powers in float32; posenc in float64, then rounds once: equal to float32 precision.

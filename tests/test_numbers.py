@@ -26,11 +26,13 @@ Not read as numbers (each for a stated reason):
 * code blocks, directive options (``:label:``), the targets of roles ({cite:p}, {numref}, {eq}, {ref})
   and links, labels, HTML: identifiers, not quantities;
 * a number glued to a Latin letter or to a name by a hyphen (``float32``, ``2D``, ``GPT-2``, ``Phi-3``) and
-  the version in a named model or library (``Llama 3``, ``Gemma 4``, ``Python 3.10``): names;
+  the version in a named model or library (``Llama 3``, ``T5 1.1``, ``Python 3.10``, "`posenc` 1.1"): names;
+* the particle 만 ("only") after a number: "거리 3만 보면" is the distance 3, not 30000. 만 is read as ten
+  thousand unless a verb follows it (ONLY: "3만 보면", "1만 돌리기"); "5만 토큰", "1만까지" are ten thousands;
 * an integer from 0 to 10 with no unit: counts, indices and small constants ("$2 \\times 2$", "쌍 3개"),
   which every code cell contains anyway, so comparing them would prove nothing;
 * the indices and exponents of a formula (``\\theta_{31}``, ``2^{26}``): notation; the value the formula
-  computes ("$= 512$") is read;
+  computes ("$= 512$") is read, and so is a number in scientific notation ("$3 \\times 10^{-4}$" is 0.0003);
 * a chapter, section, page or date ("5장", "3.4.1절", "2021년", "2024~2026년"), a section sign, and the
   number of a table, figure, appendix or issue in a cited work ("표 3", "부록 A.2", "이슈 #107884").
 
@@ -54,12 +56,10 @@ from test_typography import MATH_SPAN, prose
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Chapters 9 and 10 were rewritten on the recorded experiments at the same time as this test was
-# written; on merging, the test found 21 numbers in chapter 9's prose and 3 in chapter 10's that no
-# nearby code computes or asserts (e.g. 9: "시드 1000", "0.11바퀴(약 40°)", "250칸"; 10: "650바퀴",
-# plus "3만" read as 30000 where 만 means "only" and "posenc 1.1", a version). They stay out until
-# those are tied to code (issue 21). Chapter 12 is a .md page.
-NOT_YET_CHECKED = {"09_lab.ipynb", "10_extension.ipynb"}
+# Chapter 10 was rewritten on the recorded experiments at the same time as this test was written; on
+# merging, the test found numbers in its prose that no nearby code computes or asserts ("650바퀴").
+# It stays out until those are tied to code (issue 21). Chapter 12 is a .md page.
+NOT_YET_CHECKED = {"10_extension.ipynb"}
 CHAPTERS = sorted(p for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb") if p.name not in NOT_YET_CHECKED)
 
 # Facts reported by a cited paper or a published model configuration: quoted, not computed.
@@ -82,19 +82,23 @@ LINK_TARGET = re.compile(r"\]\([^)]*\)")
 LABEL = re.compile(r"^\([\w-]+\)=[ \t]*$", re.MULTILINE)
 HTML = re.compile(r"<[^>]+>")
 NAMED_VERSION = re.compile(
-    r"\b(?:Code Llama|Llama|Gemma|Qwen|Phi|Mistral|Python|PyTorch|transformers|CUDA|Jupyter Book)"
-    r"[ -]?v?\d+(?:\.\d+)*"
+    r"\b(?:Code Llama|Llama|Gemma|Qwen|Phi|Mistral|T5|Python|PyTorch|transformers|CUDA|Jupyter Book|posenc)"
+    r"`?[ -]?v?\d+(?:\.\d+)*"
 )
 SCRIPT = re.compile(r"[_^](?:\{[^{}]*\}|\\?\w)")  # a formula's subscript or superscript
 CITED_PART = re.compile(r"(?:(?:§|표|그림|부록|식|이슈)[ \t]*|#)[A-Z]?\d[\d.]*")
 YEAR_RANGE = re.compile(r"(?<!\d)(?:19|20)\d\d\s*[\u2013~-]\s*(?:19|20)\d\d(?!\d)")  # en dash too
 NUMBER = re.compile(
-    r"(?<![\w.\\])(?<![A-Za-z]-)(\d+(?:,\d{3})*(?:\.\d+)*)(?![\w.]*[A-Za-z_])"
-    r"(?:[eE]([+-]?\d+))?[ \t]*(만|억|천|%)?"
+    r"(?<![\w.\\])(?<![A-Za-z]-)(\d+(?:,\d{3})*(?:\.\d+)*)(?:[eE]([+-]?\d+))?(?![\w.]*[A-Za-z_])"
+    r"[ \t]*(만|억|천|%)?"
 )
 STRUCTURE_AFTER = re.compile(r"[ \t]*(?:장|절|쪽|년|월|일)")
 CODE_NUMBER = re.compile(r"(?<![\w.])(\d[\d_]*(?:\.\d+)?(?:[eE][+-]?\d+)?)")
 UNIT = {"만": 1e4, "억": 1e8, "천": 1e3}
+# 만 as the particle "only": a verb follows it ("3만 보면", "1만 돌리기", "3만 쓴다"), never a noun or counter
+ONLY = re.compile(r"[ \t]+(?:보|봐|쓰|써|쓴|남|돌|알|읽|맞|있|없|하|해|한|되|돼|된|가리키|세)")
+# a number in scientific notation inside a formula: "3 \times 10^{-4}", "2.42 \times 10^6"
+SCIENTIFIC = re.compile(r"(\d+(?:\.\d+)?)[ \t]*\\times[ \t]*10\^(?:\{([+-]?\d+)\}|(\d))")
 HEADING = re.compile(r"^#{1,2} ", re.MULTILINE)
 
 
@@ -110,10 +114,16 @@ def readable(markdown: str, allowed: list[str] = ()) -> str:
         text = blank(text, pattern)
     for phrase in allowed:
         text = blank(text, re.compile(phrase))
+    text = SCIENTIFIC.sub(as_e_notation, text)  # also in a formula that runs over two lines
     out = list(text)
     for start, end in (m.span() for m in MATH_SPAN.finditer(text)):
         out[start:end] = blank(text[start:end], SCRIPT)
     return "".join(out)
+
+
+def as_e_notation(m: re.Match) -> str:
+    """'3 \\times 10^{-4}' -> '3e-4', padded to the same length (offsets kept)."""
+    return f"{m.group(1)}e{m.group(2) or m.group(3)}".ljust(len(m.group()))
 
 
 def code_numbers(text: str) -> set[float]:
@@ -151,12 +161,15 @@ def prose_numbers(text: str):
         digits, exponent, unit = m.groups()
         if STRUCTURE_AFTER.match(text, m.end(1)) or digits.count(".") > 1:
             continue  # a chapter, section or date; 3.4.1 is a section number
+        if unit == "만" and ONLY.match(text, m.end()):
+            unit = None  # the particle "only": "거리 3만 보면" is the distance 3
         value = float(digits.replace(",", ""))
         if not unit and not exponent and "." not in digits and value <= 10:
             continue
         decimals = len(digits.split(".")[1]) if "." in digits else 0
         scale = UNIT.get(unit, 1.0) * (10.0 ** int(exponent) if exponent else 1.0)
-        yield value * scale, 0.5 * 10.0**-decimals * scale, m.group().strip(), m.start()
+        written = m.group().strip() if unit or not m.group(3) else m.group(1)  # "12만 보면" -> "12"
+        yield value * scale, 0.5 * 10.0**-decimals * scale, written, m.start()
 
 
 def found(value: float, tolerance: float, written: str, numbers: set[float]) -> bool:
@@ -282,6 +295,11 @@ def notebook(*cells):
         (notebook("## A", ("train_len = 24", ""), "## B\n\n길이 24의 시퀀스."), ["24"]),
         # the same number with a Korean unit
         (notebook("## A\n\n약 5만 개다.", ("n = 40_000", "")), ["5만"]),
+        # 만 as "only" leaves the number itself, which is then checked
+        (notebook("## A\n\n거리 12만 보면 된다.", ("n = 120_000", "")), ["12"]),
+        # a number in scientific notation, also in a formula over two lines
+        (notebook("## A\n\n오차는 $3 \\times 10^{-4}$이다.", ("x = 1", "")), ["3e-4"]),
+        (notebook("## A\n\n$m \\approx\n2.42 \\times 10^6$에서", ("print(2.42)", "2.42\n")), ["2.42e6"]),
     ],
 )
 def test_the_check_finds_planted_numbers(nb, expected):
@@ -300,6 +318,9 @@ def test_the_check_finds_planted_numbers(nb, expected):
         notebook("# 제목\n\n값은 1024다.", "## A", ("print(n)", "1024\n")),
         notebook("## A", ("TRAIN_LEN, TABLE_LEN = 24, 48", ""), "## B\n\n길이 48의 시퀀스."),
         notebook("## A", ("print(err)", "0.0312\n"), "오차는 0.031이다.\n\n## B\n\n다음 절."),
+        notebook("## A\n\n거리 3만 보면 되고 4분의 1만 돌린다. `posenc` 1.1에서 고쳤다."),
+        notebook("## A\n\n오차는 $3 \\times 10^{-4}$이다.", ("print(err)", "3.1e-04\n")),
+        notebook("## A\n\n위치 1만까지, $8.7 \\times 10^5$ 근처.", ("n = 10_000\nx = 870_000", "")),
     ],
 )
 def test_the_check_passes_computed_and_structural_numbers(nb):

@@ -16,6 +16,9 @@ Two rules, both checked without building the book:
   CommonMark rules "**편향(bias)**는" is not bold at all and shows the asterisks. Write the parenthesis after
   the span instead: "**편향**(bias)는".
 * The word "원문": the book refers to no source text the reader cannot see.
+* A counter after a number written in digits is glued to it, as the book writes it everywhere: "16쌍",
+  "0.1바퀴", "384개", "8배", "250칸" (Korean spelling allows both for Arabic numerals; the book chose one).
+  After a formula the counter keeps its space ("$d/2$ 개", "$2L - 1$ 개"): a formula is not a numeral.
 
 Fenced code blocks (``` or ~~~ with a language or no info string, and the code-like directives in
 CODE_DIRECTIVES) and MyST directive option lines (":label: ...") are not prose and are not scanned;
@@ -51,6 +54,8 @@ BOLD = re.compile(r"\*\*(?=\S)((?:[^*]|\*(?!\*))+?)(?<=\S)\*\*")
 PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]|[^\w\s]")  # ASCII punctuation or any other non-word symbol
 AFTER = re.compile(r"[ \t]*\n?[ \t]*([가-힣]+)")
 # Display math ($$ ... $$, possibly over lines) is matched first so that its dollars never pair with inline ones.
+COUNTERS = ("쌍", "개", "바퀴", "배", "칸")
+COUNTER_GAP = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?)[ \t]+(" + "|".join(COUNTERS) + r")([가-힣]*)")
 MATH_SPAN = re.compile(r"(?<![\\$])\$\$.+?\$\$|(?<![\\$])\$(?!\$)[^$\n]+?(?<!\\)\$", re.DOTALL)
 
 
@@ -127,7 +132,19 @@ def typography_errors(text):
         if PUNCTUATION.match(content[-1]) and end < len(clean) and clean[end].isalnum():
             errors.append(f"broken bold: {clean[max(start, end - 30) : end + 5]}")
     errors += [f"원문: {line.strip()[:60]}" for line in clean.split("\n") if "원문" in line]
+    errors += [f"spaced counter: {m.group()}" for m in counter_gaps(clean)]
     return errors
+
+
+def counter_gaps(clean):
+    """A number in digits, a space, then a counter alone or with a particle ("48 쌍이"), outside formulas and code."""
+    masked = list(clean)
+    for m in CODE_SPAN.finditer(clean):
+        masked[m.start() : m.end()] = "x" * (m.end() - m.start())
+    for m in MATH_SPAN.finditer("".join(masked)):
+        masked[m.start() : m.end()] = "x" * (m.end() - m.start())
+    text = "".join(masked)
+    return [m for m in COUNTER_GAP.finditer(text) if not m.group(3) or is_particle(m.group(3))]
 
 
 def markdown_sources():
@@ -169,6 +186,8 @@ def test_no_space_before_a_particle_and_no_word_for_an_unseen_source():
         ("차원 $d$ 가 짝수다.", "차원 $d$가 짝수다."),
         ("$\\theta_i$ 와 $m$ 에서는 $n - m$ 뿐이다.", "$\\theta_i$와 $m$에서는 $n - m$뿐이다."),
         ("$L_0$\n까지를 본다.", "$L_0$까지를 본다."),
+        ("48 쌍이 남고 0.1 바퀴 돈다.", "48쌍이 남고 0.1바퀴 돈다."),
+        ("약 250 칸 앞, 8 배.", "약 250칸 앞, 8배."),
     ],
 )
 def test_the_checker_fails_on_planted_errors_and_passes_their_fixes(wrong, right):
@@ -186,6 +205,7 @@ def test_the_checker_fails_on_planted_errors_and_passes_their_fixes(wrong, right
         "```\n`x` 는 코드 블록 안\n```",  # a fenced code block is not prose
         "```{exercise}\n:label: x-원문\n\n`x`는 본문\n```",  # a directive's option line is not prose
         "$p$ 근처에서 $d/2$ 개의 쌍이 $L_0$ 안에서 돈다.",  # nouns after a formula keep their space
+        "$\\lfloor 0.75 \\cdot 64 \\rfloor = 48$ 쌍, 배율 8 배열, 1024 토큰, `x = 3` 개수",  # formula, words
         "$$\nx = y\n$$\n\n이 식은 $a$, $b$ 와 무관하다가 아니라 `$x$ 는` 코드다.".replace(" 와", "와"),
     ],
 )
