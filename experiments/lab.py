@@ -110,24 +110,30 @@ def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
     )
 
 
+def train_on_task(model: torch.nn.Module, config: dict, task: str, seed: int, **overrides) -> torch.Tensor:
+    """Train ``model`` on ``task`` as ``config`` says; return the loss of every step.
+
+    The one training call of the recorded experiments (this script, ``sinusoidal_scale.py``,
+    ``extension.py``): :func:`posenc.tasks.train` with ``config``'s ``batch``, ``steps``, ``lr`` and
+    ``train_len`` (as ``max_len``), then ``config["tasks"][task]`` (``min_len``, and a task's own
+    ``steps``/``lr``/options), then ``overrides`` (e.g. a fine-tuning's ``steps``, ``batch``,
+    ``min_len``, ``max_len``), each later one replacing the earlier. ``seed`` fixes the batches.
+    """
+    options = {
+        "steps": config["steps"],
+        "batch": config["batch"],
+        "lr": config["lr"],
+        "max_len": config["train_len"],
+        **config["tasks"][task],
+        **overrides,
+    }
+    return train(model, vocab_size=config["vocab_size"], seed=seed, task=task, **options)
+
+
 def fit(config: dict, scheme: str, task: str, seed: int) -> tuple[TinyTransformer, float]:
     """Train one model; return it (eval mode) and its mean loss over the last 50 steps."""
     model = make_model(config, scheme, seed)
-    options = dict(config["tasks"][task])
-    min_len = options.pop("min_len")
-    steps, lr = options.pop("steps", config["steps"]), options.pop("lr", config["lr"])  # a task's own, if given
-    losses = train(
-        model,
-        steps=steps,
-        batch=config["batch"],
-        lr=lr,
-        min_len=min_len,
-        max_len=config["train_len"],
-        vocab_size=config["vocab_size"],
-        seed=seed,
-        task=task,
-        **options,
-    )
+    losses = train_on_task(model, config, task, seed)
     return model.eval(), float(losses[-50:].mean())
 
 
@@ -329,6 +335,25 @@ def check(config: dict) -> int:
         failures += not same
         print(f"{key:40s} {'ok' if same else 'DIFFERS'}")
     return failures
+
+
+def compare_numbers(recorded: dict, new: dict, tolerance: float) -> list[str]:
+    """The differences beyond ``tolerance`` between two records of numbers keyed alike, one line each.
+
+    A key in one record and not the other is a difference; two NaNs (no vector) are equal; a NaN
+    against a number is a difference. Used by ``--compare`` here and in ``extension.py``.
+    """
+    problems = []
+    for key in sorted(set(recorded) | set(new), key=str):
+        if key not in new or key not in recorded:
+            problems.append(f"{key}: only in the {'record' if key in recorded else 're-run'}")
+            continue
+        a, b = recorded[key], new[key]
+        if math.isnan(a) and math.isnan(b):
+            continue
+        if math.isnan(a) or math.isnan(b) or abs(a - b) > tolerance:
+            problems.append(f"{key}: recorded {a:.4f}, now {b:.4f}")
+    return problems
 
 
 def load_results(path: Path | None = None) -> dict[tuple[str, str, int, int], tuple[int, float]]:
