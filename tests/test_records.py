@@ -76,6 +76,13 @@ def test_a_missing_record_is_fetched_from_a_sparse_clone_of_the_repository(tmp_p
     assert find_record("demo", start=elsewhere, repository=url) == found
     with pytest.raises(FileNotFoundError, match="clone"):
         find_record("other", start=elsewhere, repository=url)
+    # an older clone without a record (made before it was added): a fresh clone beside it has it
+    make_record(origin, "newer")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "newer"], check=True)
+    newer = find_record("newer", start=elsewhere, repository=url)
+    assert newer.parent.parent.name.startswith("posenc-book-") and (newer / "record.json").is_file()
+    assert not (scratch / "posenc-book" / "experiments" / "newer").exists()  # the old clone is left as it was
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ the notebook reads the record and re-evaluates its checkpoints. :func:`find_reco
    above it holding ``experiments/<name>/record.json``;
 2. else (Colab, where only ``posenc`` was installed) in a shallow, sparse clone of ``repository`` (the
    git URL the set-up cell installed ``posenc`` from, ``git+`` prefix and ``#subdirectory`` allowed)
-   into ``<tempdir>/posenc-book``, of ``experiments/`` only; a clone already there is reused.
+   into ``<tempdir>/posenc-book``, of ``experiments/`` only; a clone already there is reused if it
+   holds the record, else a fresh one is made beside it (``<tempdir>/posenc-book-XXXX``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def find_record(name: str, *, start: str | os.PathLike | None = None, repository
 
     Looked for in ``start`` (default: the working directory) and every folder above it; if none
     holds it and ``repository`` is given, in a shallow sparse clone of ``repository``'s
-    ``experiments/`` under ``tempfile.gettempdir() / "posenc-book"`` (made once, then reused).
+    ``experiments/`` under ``tempfile.gettempdir() / "posenc-book"`` (made once, then reused; if a
+    clone there lacks the record, a fresh clone beside it).
     Raises ``FileNotFoundError`` when it is in neither, ``subprocess.CalledProcessError`` when git
     fails, ``TypeError``/``ValueError`` for a bad argument.
     """
@@ -72,11 +74,14 @@ def find_record(name: str, *, start: str | os.PathLike | None = None, repository
             " book's repository, or give the repository's URL (in Colab: run the set-up cell)"
         )
     clone = Path(tempfile.gettempdir()) / CLONE_FOLDER
-    if not (clone / ".git").exists():
-        shallow = ["--depth", "1", "--filter=blob:none", "--sparse"]
-        subprocess.run(["git", "clone", *shallow, repository, str(clone)], check=True, capture_output=True)
-        sparse = ["git", "-C", str(clone), "sparse-checkout", "set", "experiments"]
-        subprocess.run(sparse, check=True, capture_output=True)
+    if found := _record_in(clone, name):
+        return found
+    if clone.exists():  # an older clone without this record: a fresh one beside it
+        clone = Path(tempfile.mkdtemp(prefix=f"{CLONE_FOLDER}-"))
+    shallow = ["--depth", "1", "--filter=blob:none", "--sparse"]
+    subprocess.run(["git", "clone", *shallow, repository, str(clone)], check=True, capture_output=True)
+    sparse = ["git", "-C", str(clone), "sparse-checkout", "set", "experiments"]
+    subprocess.run(sparse, check=True, capture_output=True)
     if found := _record_in(clone, name):
         return found
     raise FileNotFoundError(f"experiments/{name}/{RECORD_FILE} not found in the clone of {repository} at {clone}")
