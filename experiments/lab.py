@@ -29,6 +29,8 @@ Usage (from the repository root, with the project's venv; one thread per process
     python experiments/lab.py --merge      # join the arms' parts into results.csv and record.json
     python experiments/lab.py --check      # re-evaluate the saved checkpoints against the record
     python experiments/lab.py --verdicts   # the paired-seed verdicts of COMPARISONS, per band
+    python experiments/lab.py --compare --arm marker_recall alibi  # re-run an arm from scratch (in a
+                                           # temporary folder); fail if a band moves > TOLERANCE
 
 An arm takes 5-15 minutes of one loaded core (``record.json`` has each arm's time); arms are
 independent, so they can run in separate processes. Outputs in ``experiments/lab/``:
@@ -110,24 +112,30 @@ def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
     )
 
 
+def train_on_task(model: torch.nn.Module, config: dict, task: str, seed: int, **overrides) -> torch.Tensor:
+    """Train ``model`` on ``task`` as ``config`` says; return the loss of every step.
+
+    The one training call of the recorded experiments (this script, ``sinusoidal_scale.py``,
+    ``extension.py``): :func:`posenc.tasks.train` with ``config``'s ``batch``, ``steps``, ``lr`` and
+    ``train_len`` (as ``max_len``), then ``config["tasks"][task]`` (``min_len``, and a task's own
+    ``steps``/``lr``/options), then ``overrides`` (e.g. a fine-tuning's ``steps``, ``batch``,
+    ``min_len``, ``max_len``), each later one replacing the earlier. ``seed`` fixes the batches.
+    """
+    options = {
+        "steps": config["steps"],
+        "batch": config["batch"],
+        "lr": config["lr"],
+        "max_len": config["train_len"],
+        **config["tasks"][task],
+        **overrides,
+    }
+    return train(model, vocab_size=config["vocab_size"], seed=seed, task=task, **options)
+
+
 def fit(config: dict, scheme: str, task: str, seed: int) -> tuple[TinyTransformer, float]:
     """Train one model; return it (eval mode) and its mean loss over the last 50 steps."""
     model = make_model(config, scheme, seed)
-    options = dict(config["tasks"][task])
-    min_len = options.pop("min_len")
-    steps, lr = options.pop("steps", config["steps"]), options.pop("lr", config["lr"])  # a task's own, if given
-    losses = train(
-        model,
-        steps=steps,
-        batch=config["batch"],
-        lr=lr,
-        min_len=min_len,
-        max_len=config["train_len"],
-        vocab_size=config["vocab_size"],
-        seed=seed,
-        task=task,
-        **options,
-    )
+    losses = train_on_task(model, config, task, seed)
     return model.eval(), float(losses[-50:].mean())
 
 
@@ -192,8 +200,8 @@ def evaluate(config: dict, model: TinyTransformer, scheme: str, task: str) -> li
     return rows
 
 
-def checkpoint_path(task: str, scheme: str, seed: int) -> Path:
-    return OUT / "checkpoints" / f"{task}-{scheme}-seed{seed}.pt"
+def checkpoint_path(task: str, scheme: str, seed: int, out: Path = OUT) -> Path:
+    return out / "checkpoints" / f"{task}-{scheme}-seed{seed}.pt"
 
 
 def save_checkpoint(model: TinyTransformer, path: Path) -> None:
@@ -202,10 +210,10 @@ def save_checkpoint(model: TinyTransformer, path: Path) -> None:
     torch.save(state, path)
 
 
-def load_checkpoint(config: dict, task: str, scheme: str, seed: int) -> TinyTransformer:
+def load_checkpoint(config: dict, task: str, scheme: str, seed: int, out: Path = OUT) -> TinyTransformer:
     """A seed's saved model, in float32 and eval mode (its weights are the float16 ones saved)."""
     model = make_model(config, scheme, seed)
-    state = torch.load(checkpoint_path(task, scheme, seed), map_location="cpu", weights_only=True)
+    state = torch.load(checkpoint_path(task, scheme, seed, out), map_location="cpu", weights_only=True)
     model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
     return model.eval()
 
@@ -223,21 +231,21 @@ def _format(value: float) -> str:
     return "" if math.isnan(value) else f"{value:.6f}"
 
 
-def part_path(task: str, scheme: str, suffix: str) -> Path:
-    return OUT / "parts" / f"{task}-{scheme}.{suffix}"
+def part_path(task: str, scheme: str, suffix: str, out: Path = OUT) -> Path:
+    return out / "parts" / f"{task}-{scheme}.{suffix}"
 
 
-def record(config: dict, task: str, scheme: str) -> None:
+def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
     """Train and evaluate one arm (a task and a scheme) on every seed; write its part (csv and json).
 
     An arm whose part is already written is skipped (a stopped run resumes); each model depends on its
     seed only, so arms can run in any order or in separate processes and give the same record.
     """
-    if part_path(task, scheme, "json").exists():
+    if part_path(task, scheme, "json", out).exists():
         print(f"{task} {scheme}: already recorded", flush=True)
         return
     torch.set_num_threads(1)
-    (OUT / "parts").mkdir(parents=True, exist_ok=True)
+    (out / "parts").mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     checkpoints, losses, timings, rows = {}, {}, {}, []
     for seed in config["seeds"]:
@@ -250,16 +258,16 @@ def record(config: dict, task: str, scheme: str) -> None:
         losses[key] = round(loss, 6)
         timings[key] = {"train_s": round(trained, 2), "eval_s": round(time.perf_counter() - tick - trained, 2)}
         if seed in config["checkpoint_seeds"]:
-            path = checkpoint_path(task, scheme, seed)
+            path = checkpoint_path(task, scheme, seed, out)
             save_checkpoint(model, path)
-            reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed), scheme, task)
+            reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed, out), scheme, task)
             checkpoints[key] = {
-                "path": str(path.relative_to(HERE.parent)),
+                "path": str(path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path),
                 "bytes": path.stat().st_size,
                 "accuracy": [_format(r["accuracy"]) for r in reloaded],
             }
         print(f"[{time.perf_counter() - started:6.0f} s] {task} {scheme} seed {seed}: loss {loss:.3f}", flush=True)
-    with open(part_path(task, scheme, "csv"), "w", newline="") as handle:
+    with open(part_path(task, scheme, "csv", out), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
@@ -272,7 +280,7 @@ def record(config: dict, task: str, scheme: str) -> None:
         "timings": timings,
         "checkpoints": checkpoints,
     }
-    part_path(task, scheme, "json").write_text(json.dumps(part, indent=1) + "\n")
+    part_path(task, scheme, "json", out).write_text(json.dumps(part, indent=1) + "\n")
 
 
 def merge(config: dict) -> None:
@@ -331,6 +339,25 @@ def check(config: dict) -> int:
     return failures
 
 
+def compare_numbers(recorded: dict, new: dict, tolerance: float) -> list[str]:
+    """The differences beyond ``tolerance`` between two records of numbers keyed alike, one line each.
+
+    A key in one record and not the other is a difference; two NaNs (no vector) are equal; a NaN
+    against a number is a difference. Used by ``--compare`` here and in ``extension.py``.
+    """
+    problems = []
+    for key in sorted(set(recorded) | set(new), key=str):
+        if key not in new or key not in recorded:
+            problems.append(f"{key}: only in the {'record' if key in recorded else 're-run'}")
+            continue
+        a, b = recorded[key], new[key]
+        if math.isnan(a) and math.isnan(b):
+            continue
+        if math.isnan(a) or math.isnan(b) or abs(a - b) > tolerance:
+            problems.append(f"{key}: recorded {a:.4f}, now {b:.4f}")
+    return problems
+
+
 def load_results(path: Path | None = None) -> dict[tuple[str, str, int, int], tuple[int, float]]:
     """``results.csv`` of the position tasks as ``{(task, scheme, lo, seed): (hi, accuracy)}`` (NaN: no vector)."""
     out = {}
@@ -340,6 +367,46 @@ def load_results(path: Path | None = None) -> dict[tuple[str, str, int, int], tu
                 accuracy = float(row["accuracy"]) if row["accuracy"] else math.nan
                 out[row["task"], row["scheme"], int(row["lo"]), int(row["seed"])] = (int(row["hi"]), accuracy)
     return out
+
+
+def band_numbers(path: Path, arms: set[tuple[str, str]] | None = None) -> dict[tuple, float]:
+    """The accuracies of a results CSV (a part or ``results.csv``), keyed by every column but the value.
+
+    ``arms``: keep only these ``(task, scheme)``. An empty accuracy (no vector) is NaN.
+    """
+    out = {}
+    with open(path, newline="") as handle:
+        for row in csv.DictReader(handle):
+            if arms is not None and (row["task"], row["scheme"]) not in arms:
+                continue
+            key = tuple(row[field] for field in CSV_FIELDS if field not in ("accuracy", "n", "note"))
+            out[key] = float(row["accuracy"]) if row["accuracy"] else math.nan
+    return out
+
+
+#: the largest change of a band accuracy between the record and a re-run from scratch (1 point)
+TOLERANCE = 0.01
+
+
+def compare(config: dict, arms: list[tuple[str, str]], tolerance: float = TOLERANCE) -> int:
+    """Re-run ``arms`` from scratch into a temporary folder; compare each band with ``results.csv``.
+
+    Returns the number of band accuracies that moved by more than ``tolerance`` (or are missing).
+    """
+    import tempfile
+
+    recorded = band_numbers(OUT / "results.csv", set(arms))
+    problems = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for task, scheme in arms:
+            record(config, task, scheme, Path(scratch))
+            new = band_numbers(part_path(task, scheme, "csv", Path(scratch)))
+            mine = {k: v for k, v in recorded.items() if k[:2] == (scheme, task)}
+            problems += compare_numbers(mine, new, tolerance)
+    for line in problems:
+        print(line)
+    print(f"{len(recorded)} band accuracies compared, {len(problems)} beyond {tolerance:.1%}")
+    return len(problems)
 
 
 #: the paired comparisons printed by --verdicts: (task, scheme A, scheme B)
@@ -388,19 +455,26 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--merge", action="store_true", help="join the tasks' parts into results.csv, record.json")
     action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
     action.add_argument("--verdicts", action="store_true", help="print the paired-seed verdicts of results.csv")
+    action.add_argument(
+        "--compare", action="store_true", help="re-run arms into a temporary folder; compare with results.csv"
+    )
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="--compare: largest band change")
     parser.add_argument(
         "--arm",
         nargs=2,
         action="append",
         metavar=("TASK", "SCHEME"),
-        help="--record only this arm (repeatable; default: every task and scheme of CONFIG, in order)",
+        help="--record or --compare only this arm (repeatable; default: every task and scheme of CONFIG)",
     )
     args = parser.parse_args(argv)
+    arms = args.arm or [(task, scheme) for task in CONFIG["tasks"] for scheme in CONFIG["schemes"]]
+    for task, scheme in arms:
+        if task not in CONFIG["tasks"] or scheme not in CONFIG["schemes"]:
+            parser.error(f"--arm {task} {scheme}: not a task and scheme of CONFIG")
+    if args.compare:
+        return 1 if compare(CONFIG, [tuple(arm) for arm in arms], args.tolerance) else 0
     if args.record:
-        arms = args.arm or [(task, scheme) for task in CONFIG["tasks"] for scheme in CONFIG["schemes"]]
         for task, scheme in arms:
-            if task not in CONFIG["tasks"] or scheme not in CONFIG["schemes"]:
-                parser.error(f"--arm {task} {scheme}: not a task and scheme of CONFIG")
             record(CONFIG, task, scheme)
         if not args.arm:
             merge(CONFIG)

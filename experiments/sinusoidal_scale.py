@@ -31,7 +31,6 @@ from pathlib import Path
 import torch
 
 from posenc import TinyTransformer
-from posenc.tasks import train
 
 HERE = Path(__file__).resolve().parent
 FIELDS = ("token_scale", "seed", "lo", "hi", "accuracy", "final_loss", "device", "train_s")
@@ -54,8 +53,6 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     lab = load_lab()
     config = lab.CONFIG
-    options = dict(config["tasks"]["marker_recall"])
-    min_len, steps, lr = options.pop("min_len"), options.pop("steps"), options.pop("lr")
     rows = []
     for scale in args.scale:
         for seed in args.seeds or config["seeds"]:
@@ -71,18 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             with torch.no_grad():
                 model.tokens.weight.mul_(scale)
-            losses = train(
-                model,
-                steps=steps,
-                batch=config["batch"],
-                lr=lr,
-                min_len=min_len,
-                max_len=config["train_len"],
-                vocab_size=config["vocab_size"],
-                seed=seed,
-                task="marker_recall",
-                **options,
-            )
+            losses = lab.train_on_task(model, config, "marker_recall", seed)
             seconds = time.perf_counter() - tick
             loss = float(losses[-50:].mean())
             for row in lab.evaluate(config, model.eval(), "sinusoidal", "marker_recall"):

@@ -112,3 +112,124 @@ def test_one_checkpoint_reproduces_its_recorded_accuracies(lab, meta, rows):
         assert not math.isnan(a)
         assert abs(a - b) <= 0.005
         assert abs(a - c) <= 0.02
+
+
+# ---- the comparison of a re-run with its record (--compare, the weekly workflow)
+
+
+def test_compare_numbers_finds_a_planted_moved_number_and_nothing_else(lab):
+    recorded = lab.band_numbers(RECORD / "results.csv")
+    assert len(recorded) == 280  # 2 tasks x 7 schemes x 5 seeds x 4 bands
+    assert lab.compare_numbers(recorded, dict(recorded), lab.TOLERANCE) == []
+    key = ("alibi", "marker_recall", "3", "band", "256", "128", "256")
+    assert key in recorded
+    for moved, found in ((0.02, True), (-0.02, True), (0.005, False)):
+        new = {**recorded, key: recorded[key] + moved}
+        problems = lab.compare_numbers(recorded, new, lab.TOLERANCE)
+        assert problems == ([f"{key}: recorded {recorded[key]:.4f}, now {recorded[key] + moved:.4f}"] if found else [])
+
+
+def test_compare_numbers_reports_missing_numbers_and_a_lost_nan(lab):
+    recorded = {("a",): 0.5, ("b",): math.nan}
+    assert lab.compare_numbers(recorded, {("a",): 0.5, ("b",): math.nan}, 0.01) == []  # no vector, both
+    assert lab.compare_numbers(recorded, {("a",): 0.5, ("b",): 0.1}, 0.01) == ["('b',): recorded nan, now 0.1000"]
+    assert lab.compare_numbers(recorded, {("a",): 0.5}, 0.01) == ["('b',): only in the record"]
+    assert lab.compare_numbers({("a",): 0.5}, recorded, 0.01) == ["('b',): only in the re-run"]
+
+
+# ---- chapter 10's record (experiments/extension.py, experiments/extension/)
+
+EXTENSION = ROOT / "experiments" / "extension"
+
+
+@pytest.fixture(scope="module")
+def ext():
+    spec = importlib.util.spec_from_file_location("experiments_extension", ROOT / "experiments" / "extension.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def ext_meta():
+    return json.loads((EXTENSION / "record.json").read_text())
+
+
+def test_the_extension_record_was_made_with_its_scripts_config(ext, ext_meta):
+    assert ext_meta["config"] == ext.CONFIG
+    assert ext_meta["tolerance"] == ext.TOLERANCE == 0.01
+    assert ext_meta["total_seconds"] > 0 and ext_meta["torch_version"]
+
+
+def test_the_extension_record_has_every_curve_at_its_measured_positions(ext):
+    config = ext.CONFIG
+    curves = ext.load_results(EXTENSION / "results.csv")
+    L0 = config["train_len"]
+    expected = {("base", m, a, s) for m in config["methods"] for a in config["factors"] for s in config["seeds"]}
+    expected |= {
+        ("fine_tuned", m, config["fine_tune"]["factor"], s)
+        for m in config["fine_tune_methods"]
+        for s in config["seeds"]
+    }
+    assert set(curves) == expected
+    for (_, method, alpha, _), curve in curves.items():
+        measured = range(2, alpha * L0)  # marker at 0: every m >= 2 has a target
+        if method == "dynamic NTK":  # every position inside L_0, the sampled ones beyond
+            measured = [*range(2, L0), *ext.sampled(config, alpha)]
+        assert sorted(curve) == list(measured)
+        # an accuracy is a count of the 128 evaluation sequences, written exactly
+        assert all(v * config["eval_batch"] == round(v * config["eval_batch"]) for v in curve.values())
+
+
+def test_the_extension_checkpoints_are_listed_and_small(ext, ext_meta):
+    config = ext.CONFIG
+    names = {f"base/none/{s}" for s in config["checkpoint_seeds"]["base"]}
+    names |= {
+        f"fine_tuned/{m}/{s}" for m in config["fine_tune_methods"] for s in config["checkpoint_seeds"]["fine_tuned"]
+    }
+    assert set(ext_meta["checkpoints"]) == names
+    for saved in ext_meta["checkpoints"].values():
+        assert (EXTENSION / saved["path"]).stat().st_size == saved["bytes"]
+    assert ext_meta["checkpoint_bytes"] < 3e6
+
+
+def test_the_extension_comparison_finds_a_planted_moved_number(ext, lab, tmp_path):
+    # a copy of results.csv with one curve's beyond-L_0 accuracies raised by 2 points: its band
+    # mean moves, and only it
+    with open(EXTENSION / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    planted = ("base", "PI", "4", "2")
+    for row in rows:
+        if (row["stage"], row["method"], row["alpha"], row["seed"]) == planted and int(row["position"]) >= 32:
+            row["accuracy"] = repr(float(row["accuracy"]) + 0.02)
+    with open(tmp_path / "results.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=ext.CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    recorded = ext.band_means(ext.CONFIG, ext.load_results(EXTENSION / "results.csv"))
+    moved = ext.band_means(ext.CONFIG, ext.load_results(tmp_path / "results.csv"))
+    problems = lab.compare_numbers(recorded, moved, ext.TOLERANCE)
+    assert len(problems) == 1 and problems[0].startswith("('base', 'PI', 4, 2, 'beyond')")
+    assert (
+        lab.compare_numbers(recorded, ext.band_means(ext.CONFIG, ext.load_results(EXTENSION / "results.csv")), 0.01)
+        == []
+    )
+
+
+def test_one_extension_checkpoint_reproduces_the_record(ext):
+    # seed 0's base model without scaling, at 2 L_0: the record measured this very float16 model, so
+    # only the CPU's summation order can move an argmax; the band means agree within the tolerance
+    config = ext.CONFIG
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = ext.load_checkpoint(config, EXTENSION / "checkpoints" / "base-seed0.pt")
+        now = ext.evaluate(config, model, "none", 2)
+    finally:
+        torch.set_num_threads(threads)
+    key = ("base", "none", 2, 0)
+    recorded = ext.band_means(config, {key: ext.load_results(EXTENSION / "results.csv")[key]})
+    new = ext.band_means(config, {key: now})
+    assert recorded.keys() == new.keys()
+    for band in recorded:
+        assert abs(recorded[band] - new[band]) <= ext.TOLERANCE, band

@@ -2,6 +2,7 @@
 (check-jsonschema against GitHub's workflow schema, and zizmor; run by make lint-workflows),
 and proof that the script fails on broken workflows and works offline."""
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 BOOK = ROOT / ".github" / "workflows" / "book.yml"
 COLAB = ROOT / ".github" / "workflows" / "colab.yml"
+EXPERIMENTS = ROOT / ".github" / "workflows" / "experiments.yml"
 LINT = ROOT / "tools" / "lint-workflows.sh"
 VENV_BIN = Path(sys.executable).parent  # where check-jsonschema and zizmor are installed
 # Any attempt to download (a schema, an advisory) goes to a closed port and fails the check.
@@ -28,8 +30,8 @@ def load(path):
     return data
 
 
-def test_there_are_the_two_workflows():
-    assert [p.name for p in WORKFLOWS] == ["book.yml", "colab.yml"]
+def test_there_are_the_three_workflows():
+    assert [p.name for p in WORKFLOWS] == ["book.yml", "colab.yml", "experiments.yml"]
 
 
 def test_there_is_a_workflow_that_runs_make_test_and_publishes_pages():
@@ -55,6 +57,35 @@ def test_a_weekly_workflow_runs_the_colab_check_in_colabs_image_and_opens_an_iss
     assert report["needs"] == "check" and report["if"] == "failure()"
     assert "gh issue create" in report["steps"][0]["run"]
     assert "${{" not in report["steps"][0]["run"], "pass values through env:, not into the script"
+
+
+def load_script(name):
+    spec = importlib.util.spec_from_file_location(f"experiments_{name}", ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_weekly_workflow_reruns_every_recorded_experiment_and_compares_it_with_its_record():
+    workflow = load(EXPERIMENTS)
+    assert set(workflow["on"]) == {"schedule", "workflow_dispatch"}
+    assert len(workflow["on"]["schedule"]) == 1
+    minute, hour, day, month, weekday = workflow["on"]["schedule"][0]["cron"].split()
+    assert minute.isdigit() and hour.isdigit() and day == month == "*" and weekday.isdigit(), "once a week"
+    job = workflow["jobs"]["rerun"]
+    assert job["strategy"]["fail-fast"] is False  # one moved arm does not hide the others
+    runs = [step["run"] for step in job["steps"] if "run" in step]
+    assert "make setup" in runs
+    assert any('"experiments/$SCRIPT" --compare $ARGS' in run for run in runs)
+    assert all("${{" not in run for run in runs), "pass matrix values through env:, not into the script"
+    # one job per arm of lab.py's CONFIG, and one for extension.py
+    lab = load_script("lab")
+    include = job["strategy"]["matrix"]["include"]
+    arms = [tuple(item["args"].split()) for item in include if item["script"] == "lab.py"]
+    expected = [("--arm", task, scheme) for task in lab.CONFIG["tasks"] for scheme in lab.CONFIG["schemes"]]
+    assert sorted(arms) == sorted(expected)
+    assert [item for item in include if item["script"] != "lab.py"] == [{"script": "extension.py", "args": ""}]
+    assert job["permissions"] == {"contents": "read"}
 
 
 def test_jobs_run_on_a_pinned_runner_image():

@@ -13,7 +13,7 @@ load on first use.
 
 import importlib
 
-from posenc import analysis, stats, tasks
+from posenc import analysis, records, stats, tasks
 from posenc.alibi import alibi_bias, alibi_slopes
 from posenc.analysis import alias_distance, carrying_pairs, rope_pair_logits
 from posenc.attention import causal_mask, scaled_dot_product_attention
@@ -92,6 +92,7 @@ __all__ = [
     "frequencies",
     "paired_comparison",
     "paired_comparisons",
+    "records",
     "relative_positions",
     "resolve_offset",
     "rope_cos_sin",
