@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import argparse
 import html as html_lib
+import io
+import logging
 import re
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -38,11 +41,6 @@ PRINT_PAGE = "print.html"
 sys.path.insert(0, str(ROOT / "tests" / "site"))
 from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the browser tests' own settings
 
-FOOTER = (
-    '<div style="font-size:8px; width:100%; text-align:center; color:#555;">'
-    '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
-)
-
 
 def build_single_html() -> None:
     cmd = [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "--builder", "singlehtml", "-W", "-n"]
@@ -50,7 +48,10 @@ def build_single_html() -> None:
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
-# Only for the PDF: a cover page, and every chapter (and back-matter page) on a new page.
+# Only for the PDF: a cover page, a contents page, a title page per part, every chapter (and
+# back-matter page) on a new page; code small enough that a notebook line (73 characters, the
+# notebooks' ruff limit) fits the A4 text width; a code box is not split so that only its frame
+# is left at the foot of a page.
 PRINT_STYLE = """<style>
 @media print {
   section.pdf-cover { break-after: page; text-align: center; padding-top: 30vh; }
@@ -59,8 +60,29 @@ PRINT_STYLE = """<style>
   .bd-main .bd-content .bd-article h1:first-of-type { display: block; }
   section.pdf-cover p { margin: 0.6em 0; }
   span[id^="document-"] + section { break-before: page; }
+  nav.pdf-contents { break-after: page; }
+  nav.pdf-contents p.pdf-contents-title { font-size: 1.8em; font-weight: bold; margin: 0 0 1em; }
+  nav.pdf-contents ol { list-style: none; margin: 0; padding: 0; }
+  nav.pdf-contents li { margin: 0; }
+  nav.pdf-contents a { display: flex; gap: 0.5em; color: inherit; text-decoration: none; }
+  nav.pdf-contents a .pdf-leader { flex: 1; border-bottom: 1px dotted #999; margin-bottom: 0.35em; }
+  nav.pdf-contents a .pdf-page { min-width: 2.5em; text-align: right; font-variant-numeric: tabular-nums; }
+  nav.pdf-contents .pdf-contents-part { font-weight: bold; margin-top: 0.8em; }
+  nav.pdf-contents .pdf-contents-chapter { font-weight: bold; margin-top: 0.3em; }
+  nav.pdf-contents .pdf-contents-section { padding-left: 1.5em; font-size: 0.92em; }
+  section.pdf-part { break-before: page; text-align: center; padding-top: 35vh; }
+  section.pdf-part p { margin: 0.4em 0; }
+  section.pdf-part p.pdf-part-title { font-size: 2em; font-weight: bold; }
+  div.highlight pre, div.cell_output pre { font-size: 0.78em; }
+  div.cell_input, div.cell_output > div, div.highlight { break-inside: avoid; }
 }
 </style>"""
+
+# The footer: page n of N, readable on paper.
+FOOTER = (
+    '<div style="font-size:10px; width:100%; text-align:center; color:#333;">'
+    '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
+)
 
 
 def cover() -> str:
@@ -78,6 +100,31 @@ def cover() -> str:
     )
 
 
+def parts() -> list[dict]:
+    """The parts of _toc.yml: caption, number (the numbered parts count 1, 2, ...; else None),
+    name ("제1부 기초", or the caption alone), the files of their chapters."""
+    found, count = [], 0
+    for part in yaml.safe_load((ROOT / "_toc.yml").read_text())["parts"]:
+        count += bool(part.get("numbered"))
+        number = count if part.get("numbered") else None
+        found.append(
+            {
+                "caption": part["caption"],
+                "number": number,
+                "name": f"제{number}부 {part['caption']}" if number else part["caption"],
+                "chapters": [chapter["file"] for chapter in part["chapters"]],
+            }
+        )
+    return found
+
+
+def part_page(part: dict) -> str:
+    label = f'<p class="pdf-part-number">제{part["number"]}부</p>' if part["number"] else ""
+    return (
+        f'<section class="pdf-part">{label}<p class="pdf-part-title">{html_lib.escape(part["caption"])}</p></section>'
+    )
+
+
 def print_page() -> Path:
     """The single-page build with its in-book links made in-document, at the build's root."""
     root_doc = SINGLE / "index.html"
@@ -86,17 +133,235 @@ def print_page() -> Path:
     html = html.replace(f'href="{target}#', 'href="#').replace(f'href="{target}"', 'href="#"')
     html = html.replace("</head>", PRINT_STYLE + "</head>", 1)
     html = html.replace('<article class="bd-article">', '<article class="bd-article">' + cover(), 1)
+    for part in parts():
+        first = f'<span id="document-{part["chapters"][0]}"></span>'
+        if first not in html:
+            raise SystemExit(f"error: the single-page build has no {first}")
+        html = html.replace(first, part_page(part) + first, 1)
     out = SINGLE / PRINT_PAGE
     out.write_text(html)
     return out
 
 
+# Every visible heading of the book in document order: level, text (a formula as its TeX source,
+# made plain text by plain_title), anchor, and the document it belongs to (None: the root page).
+HEADINGS = r"""
+() => {
+  const tex = new Map(MathJax.startup.document.getMathItemsWithin(document.body)
+                        .map(item => [item.typesetRoot, item.math]));
+  const text = node => {
+    if (node.nodeType === Node.TEXT_NODE) return node.textContent;
+    if (node.nodeType !== Node.ELEMENT_NODE || node.matches('a.headerlink')) return '';
+    if (tex.has(node)) return '\\(' + tex.get(node) + '\\)';
+    return Array.from(node.childNodes).map(text).join('');
+  };
+  let doc = null;
+  const found = [];
+  const selector = 'span[id^="document-"], article.bd-article :is(h1, h2, h3, h4, h5, h6)';
+  for (const el of document.querySelectorAll(selector)) {
+    if (el.tagName === 'SPAN') { doc = el.id.slice('document-'.length); continue; }
+    if (!el.getClientRects().length) continue;
+    const link = el.querySelector('a.headerlink');
+    found.push({level: +el.tagName[1], text: text(el), doc,
+                anchor: link ? decodeURIComponent(link.getAttribute('href').slice(1)) : ''});
+  }
+  return found;
+}
+"""
+
+# Links that only make sense on the site: an image that links to its own file (it would point to
+# the build-time server), and any other relative link, which goes to the public site instead.
+SITE_LINKS = r"""
+(site) => {
+  document.querySelectorAll('a.image-reference').forEach(a => a.replaceWith(...a.childNodes));
+  for (const a of document.querySelectorAll('a[href]')) {
+    const href = a.getAttribute('href');
+    if (href.startsWith('#') || /^[a-z][a-z0-9+.-]*:/i.test(href)) continue;
+    a.setAttribute('href', new URL(href, site).href);
+  }
+}
+"""
+
+TEX_SYMBOLS = {
+    "alpha": "\N{GREEK SMALL LETTER ALPHA}",
+    "beta": "\N{GREEK SMALL LETTER BETA}",
+    "gamma": "\N{GREEK SMALL LETTER GAMMA}",
+    "delta": "\N{GREEK SMALL LETTER DELTA}",
+    "theta": "\N{GREEK SMALL LETTER THETA}",
+    "lambda": "\N{GREEK SMALL LETTER LAMDA}",
+    "mu": "\N{GREEK SMALL LETTER MU}",
+    "rho": "\N{GREEK SMALL LETTER RHO}",
+    "sigma": "\N{GREEK SMALL LETTER SIGMA}",
+    "tau": "\N{GREEK SMALL LETTER TAU}",
+    "phi": "\N{GREEK SMALL LETTER PHI}",
+    "omega": "\N{GREEK SMALL LETTER OMEGA}",
+    "Phi": "\N{GREEK CAPITAL LETTER PHI}",
+    "Delta": "\N{GREEK CAPITAL LETTER DELTA}",
+    "times": "\N{MULTIPLICATION SIGN}",
+    "cdot": "\N{MIDDLE DOT}",
+    "le": "\N{LESS-THAN OR EQUAL TO}",
+    "ge": "\N{GREATER-THAN OR EQUAL TO}",
+    "infty": "\N{INFINITY}",
+    "sqrt": "\N{SQUARE ROOT}",
+    "to": "\N{RIGHTWARDS ARROW}",
+}
+SUBSCRIPT_DIGITS = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+
+
+def plain_title(text: str) -> str:
+    """A heading as a bookmark title: formulas as plain text, whitespace as in the heading."""
+
+    def plain(match: re.Match) -> str:
+        tex = match.group(1)
+        tex = re.sub(r"\\(?:text|mathrm|mathbf|operatorname)\{([^}]*)\}", r"\1", tex)
+        tex = re.sub(r"\\([A-Za-z]+)", lambda m: TEX_SYMBOLS.get(m.group(1), m.group(1)), tex)
+        tex = re.sub(r"_\{?(\d+)\}?", lambda m: m.group(1).translate(SUBSCRIPT_DIGITS), tex)
+        return re.sub(r"[{}\\]", "", tex).replace("_", "")
+
+    return re.sub(r"\s+", " ", re.sub(r"\\\((.*?)\\\)", plain, text)).strip()
+
+
+def site_url() -> str:
+    """The published site (GitHub Pages of the repository in _config.yml)."""
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    owner, name = url.removeprefix("https://github.com/").strip("/").split("/")[:2]
+    return f"https://{owner}.github.io/{name}/"
+
+
+def contents_entries(headings: list[dict]) -> list[dict]:
+    """The contents page: the root page, then per part its name and each chapter with its
+    sections (one level below the chapter's title), in the order of _toc.yml."""
+    by_doc: dict[str | None, list[dict]] = {}
+    for heading in headings:
+        by_doc.setdefault(heading["doc"], []).append(heading)
+
+    def document(doc: str | None) -> list[dict]:
+        found = by_doc.get(doc)
+        if not found:
+            raise SystemExit(f"error: no heading of {doc or 'the root page'} in the single-page build")
+        top = found[0]["level"]
+        return [
+            {"kind": "chapter" if h is found[0] else "section", "heading": h} for h in found if h["level"] <= top + 1
+        ]
+
+    entries = document(None)
+    for part in parts():
+        entries.append({"kind": "part", "title": part["name"]})
+        for doc in part["chapters"]:
+            entries += document(doc)
+    return entries
+
+
+def contents_html(entries: list[dict]) -> str:
+    items = []
+    for entry in entries:
+        if entry["kind"] == "part":
+            items.append(f'<li class="pdf-contents-part">{html_lib.escape(entry["title"])}</li>')
+            continue
+        heading = entry["heading"]
+        anchor = html_lib.escape(heading["anchor"])
+        items.append(
+            f'<li class="pdf-contents-{entry["kind"]}"><a href="#{anchor}">'
+            f"<span>{html_lib.escape(plain_title(heading['text']))}</span>"
+            f'<span class="pdf-leader"></span><span class="pdf-page" data-anchor="{anchor}"></span></a></li>'
+        )
+    return f'<nav class="pdf-contents"><p class="pdf-contents-title">차례</p><ol>{"".join(items)}</ol></nav>'
+
+
+def page_numbers(writer, numbers: list[int], first_page: int) -> None:
+    """Write each contents line's page number at the right end of its line. The lines are the
+    only links on the pages between the cover and the page of the first heading (index
+    first_page), one link per line (wrapped over several rows), in order."""
+    from pypdf.generic import ArrayObject, DecodedStreamObject, DictionaryObject, NameObject
+
+    font = DictionaryObject(  # Helvetica, one of the 14 fonts every PDF reader has: digits only
+        {
+            NameObject("/Type"): NameObject("/Font"),
+            NameObject("/Subtype"): NameObject("/Type1"),
+            NameObject("/BaseFont"): NameObject("/Helvetica"),
+        }
+    )
+    lines: list[tuple[int, tuple[float, float, float, float], str]] = []  # page, rectangle, target
+    for index in range(1, first_page):
+        page = writer.pages[index]
+        links = [a.get_object() for a in page.get("/Annots") or [] if a.get_object().get("/Subtype") == "/Link"]
+        for link in sorted(links, key=lambda a: -float(a["/Rect"][3])):
+            x1, y1, x2, y2 = (float(v) for v in link["/Rect"])
+            target = str(link.get("/Dest"))
+            if lines and lines[-1][0] == index and lines[-1][2] == target:  # a line that wrapped
+                _, (a1, b1, a2, b2), _ = lines.pop()
+                x1, y1, x2, y2 = min(x1, a1), min(y1, b1), max(x2, a2), max(y2, b2)
+            lines.append((index, (x1, y1, x2, y2), target))
+    if len(lines) != len(numbers):
+        raise SystemExit(f"error: the contents page has {len(lines)} linked lines for {len(numbers)} entries")
+    size = 10.5
+    for index in sorted({line[0] for line in lines}):
+        text = []
+        for (i, (_, y1, x2, _), _), number in zip(lines, numbers, strict=True):
+            if i == index:
+                width = len(str(number)) * 0.556 * size  # Helvetica's digits are 0.556 em wide
+                baseline = y1 + 0.62 * size  # on the baseline of the line's last row of text
+                text.append(f"BT /PdfPageNumber {size} Tf {x2 - width:.2f} {baseline:.2f} Td ({number}) Tj ET")
+        page = writer.pages[index]
+        resources = page["/Resources"].get_object()
+        fonts = resources.setdefault(NameObject("/Font"), DictionaryObject()).get_object()
+        fonts[NameObject("/PdfPageNumber")] = font
+        before, after = DecodedStreamObject(), DecodedStreamObject()
+        before.set_data(b"q\n")
+        after.set_data(("\nQ\nq 0 g\n" + "\n".join(text) + "\nQ\n").encode())
+        contents = page.raw_get("/Contents")  # the reference: a stream must stay an indirect object
+        contents = list(contents.get_object()) if isinstance(contents.get_object(), ArrayObject) else [contents]
+        # (streams are indirect objects; pypdf has no public call to add one)
+        page[NameObject("/Contents")] = ArrayObject([writer._add_object(before), *contents, writer._add_object(after)])
+
+
+@dataclass
+class Mark:
+    """Where a heading landed in the printed PDF: page index and position (PDF units)."""
+
+    page: int
+    left: float
+    top: float | None  # None: the top of the page
+
+
+def outline_marks(reader) -> list[Mark]:
+    """Chromium's outline (one entry per visible heading, in document order), flattened."""
+    marks: list[Mark] = []
+
+    def walk(items) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item)
+            else:
+                marks.append(
+                    Mark(reader.get_destination_page_number(item), float(item.left or 0), float(item.top or 0))
+                )
+
+    walk(reader.outline)
+    return marks
+
+
+TEXT_AREA = {"width": round((210 - 2 * 16) / 25.4 * 96), "height": round((297 - 2 * 18) / 25.4 * 96)}  # CSS px
+FOOT = 18 * 72 / 25.4  # the bottom margin in PDF points (options["margin"]["bottom"])
+
+
+def settled(marks: list[Mark]) -> list[Mark]:
+    """Chromium points a heading that starts a page now at that page, now at the foot of the one
+    before, below its text (from one printing of the same layout to the next). Such a mark is
+    moved to the top of the next page, where the heading is."""
+    return [Mark(m.page + 1, m.left, None) if m.top is not None and m.top < FOOT + 6 else m for m in marks]
+
+
 def print_pdf(page_file: Path) -> None:
     from playwright.sync_api import sync_playwright
+    from pypdf import PdfReader
 
     with serve(SINGLE) as base_url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=find_chromium(), args=CHROMIUM_FLAGS, headless=True)
-        page = browser.new_page()
+        # The window as wide as the printed text (A4 less the side margins): printing then
+        # resizes nothing, so scripts that redraw on a resize (the explorers) do not move the page
+        # breaks from one printing to the next.
+        page = browser.new_page(viewport=TEXT_AREA)
         page.goto(base_url + page_file.name, timeout=120_000)
         page.wait_for_load_state("networkidle")
         page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60_000)
@@ -111,22 +376,121 @@ def print_pdf(page_file: Path) -> None:
         if page.evaluate("document.querySelectorAll('mjx-merror').length"):
             raise SystemExit("error: MathJax could not typeset a formula in the PDF edition")
         page.emulate_media(media="print")
-        PDF.parent.mkdir(parents=True, exist_ok=True)
-        page.pdf(
-            path=str(PDF),
-            format="A4",
-            margin={"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
-            print_background=True,
-            display_header_footer=True,
-            header_template="<span></span>",
-            footer_template=FOOTER,
-            outline=True,
-            tagged=True,
+        # Lazy images would load while the first printing lays the pages out.
+        page.evaluate(
+            """() => Promise.all(Array.from(document.images).map(img => {
+                   img.loading = 'eager'; return img.decode().catch(() => null); }))"""
         )
+        # Solutions and other folded blocks are printed open. sphinx-togglebutton opens them on
+        # "beforeprint" by clicking their buttons and clicks again on "afterprint"; in headless
+        # printing those events do not pair up, so the blocks were open in one printing and
+        # closed in the next, moving the page breaks. Opened here, they give its handlers nothing
+        # to do.
+        page.evaluate(
+            """() => {
+                 document.querySelectorAll('.admonition.toggle.toggle-hidden button.toggle-button')
+                   .forEach(b => b.click());
+                 document.querySelectorAll('details.toggle-details').forEach(d => { d.open = true; });
+               }"""
+        )
+        page.wait_for_timeout(500)
+        if page.evaluate("document.querySelectorAll('.admonition.toggle.toggle-hidden').length"):
+            raise SystemExit("error: a folded block stayed closed in the PDF edition")
+        # An explorer redraws its canvas, at a height that follows its width, whenever its width
+        # changes; printing changes it (and changes it back afterwards), so every other printing
+        # had other canvas heights. Each canvas is printed as a still image of its drawing instead.
+        page.evaluate(
+            """() => Promise.all(Array.from(document.querySelectorAll('figure.posenc-explorer canvas')).map(c => {
+                 const still = document.createElement('img');
+                 still.src = c.toDataURL('image/png');
+                 still.alt = c.getAttribute('aria-label') || '';
+                 still.className = 'pdf-explorer-still';
+                 still.style.cssText = 'display: block; width: 100%; height: auto;';
+                 c.after(still);
+                 c.style.display = 'none';
+                 return still.decode();
+               }))"""
+        )
+        page.evaluate(SITE_LINKS, site_url())
+        headings = page.evaluate(HEADINGS)
+        entries = contents_entries(headings)
+        page.evaluate(
+            "html => document.querySelector('section.pdf-cover').insertAdjacentHTML('afterend', html)",
+            contents_html(entries),
+        )
+        options = {
+            "format": "A4",
+            "margin": {"top": "18mm", "bottom": "18mm", "left": "16mm", "right": "16mm"},
+            "print_background": True,
+            "display_header_footer": True,
+            "header_template": "<span></span>",
+            "footer_template": FOOTER,
+            "outline": True,
+            "tagged": True,
+        }
+        # One printing. The contents page has an empty box of fixed width at the end of each
+        # line; the page numbers are written into those boxes afterwards (write_edition), from
+        # where this printing put each heading. (Printing twice to fill them in does not work:
+        # Chromium breaks the pages of one layout a little differently from one printing to the
+        # next, so a heading at the foot of a page may move to the next page.)
+        printed = page.pdf(**options)
         browser.close()
+    reader = PdfReader(io.BytesIO(printed))
+    marks = outline_marks(reader)
+    if len(marks) != len(headings):
+        raise SystemExit(f"error: the PDF outline has {len(marks)} entries for {len(headings)} headings")
+    write_edition(reader, headings, settled(marks), entries)
+
+
+def write_edition(reader, headings: list[dict], marks: list[Mark], entries: list[dict]) -> None:
+    """Write the PDF: the contents page's page numbers filled in, and Chromium's outline (every
+    chapter under the root page, titles with lost spaces and doubled numbers) replaced by the
+    book's: 차례, the root page, then each part with its chapters, their sections and
+    subsections, titled as the headings read."""
+    from pypdf import PdfWriter
+    from pypdf.generic import Fit, NameObject
+
+    writer = PdfWriter(clone_from=reader)
+    position = {id(h): i for i, h in enumerate(headings)}
+    page_numbers(
+        writer, [marks[position[id(e["heading"])]].page + 1 for e in entries if e["kind"] != "part"], marks[0].page
+    )
+    writer.root_object.pop(NameObject("/Outlines"), None)
+    writer.add_outline_item(title="차례", page_number=1, fit=Fit.fit())
+    placed = list(zip(headings, marks, strict=True))
+
+    def add_document(doc: str | None, parent) -> None:
+        mine = [(h, m) for h, m in placed if h["doc"] == doc]
+        stack: list[tuple[int, object]] = [(0, parent)]
+        for heading, mark in mine:
+            while len(stack) > 1 and stack[-1][0] >= heading["level"]:
+                stack.pop()
+            item = writer.add_outline_item(
+                title=plain_title(heading["text"]),
+                page_number=mark.page,
+                parent=stack[-1][1],
+                fit=Fit.xyz(mark.left, mark.top) if mark.top is not None else Fit.fit(),
+            )
+            stack.append((heading["level"], item))
+
+    add_document(None, None)
+    for part in parts():
+        first = next(m for h, m in placed if h["doc"] == part["chapters"][0])
+        item = writer.add_outline_item(
+            title=part["name"],
+            page_number=max(first.page - 1, 0),
+            fit=Fit.fit(),
+        )
+        for doc in part["chapters"]:
+            add_document(doc, item)
+    writer.page_mode = "/UseOutlines"
+    PDF.parent.mkdir(parents=True, exist_ok=True)
+    with open(PDF, "wb") as out:
+        writer.write(out)
 
 
 def main() -> None:
+    logging.getLogger("pypdf").setLevel(logging.ERROR)  # Chromium's trailer size is one of its warnings
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--skip-build", action="store_true", help="reuse _build/singlehtml")
     args = parser.parse_args()
