@@ -73,7 +73,7 @@ PRINT_STYLE = """<style>
   section.pdf-part { break-before: page; text-align: center; padding-top: 35vh; }
   section.pdf-part p { margin: 0.4em 0; }
   section.pdf-part p.pdf-part-title { font-size: 2em; font-weight: bold; }
-  div.highlight pre, div.cell_output pre { font-size: 0.78em; }
+  div.highlight pre, div.cell_output pre { font-size: 0.74em; }
   div.cell_input, div.cell_output > div, div.highlight { break-inside: avoid; }
 }
 </style>"""
