@@ -82,8 +82,20 @@ def test_korean_search_finds_inflected_forms(query, must_find, browser, base_url
         assert any(f.startswith(page) for f in found), f"search for {query} did not list {page}"
 
 
-def test_search_for_nonsense_finds_nothing(browser, base_url):
+def test_search_for_nonsense_finds_nothing_and_says_so_in_korean(browser, base_url):
     assert search(browser, base_url, "쀍뷁햏") == set()
+    page = browser.new_page()
+    try:
+        page.goto(f"{base_url}search.html?q={quote('쀍뷁햏')}")
+        page.wait_for_function(
+            "() => { const s = document.querySelector('#search-results p.search-summary');"
+            " return s && s.innerText.trim().length > 0; }",
+            timeout=20000,
+        )
+        summary = page.evaluate("document.querySelector('#search-results').innerText")
+    finally:
+        page.close()
+    assert HANGUL.search(summary) and not re.search(r"[A-Za-z]{4,}", summary), summary
 
 
 def test_figures_are_opaque_images_with_korean_descriptions(browser, base_url):
@@ -169,3 +181,34 @@ def test_display_equations_fit_or_scroll_on_a_phone(page_path, browser, base_url
         if b["numberBeside"]:
             problems.append(f"{b['id']}: the equation number sits beside the equation and narrows it")
     assert not problems, f"{page_path}: {problems}"
+
+
+def _text(fragment: str) -> str:
+    return re.sub(r"\s+", " ", html_lib.unescape(re.sub(r"<[^>]+>", "", fragment))).strip()
+
+
+def test_bibliography_labels_read_as_the_citations_in_the_text():
+    """A reader who follows "[Vaswani et al., 2017]" finds that label in the list, not a number
+    (book/_ext/bib_labels.py)."""
+    listing = (SITE / "book" / "bibliography.html").read_text()
+    labels = {
+        _text(m)
+        for m in re.findall(
+            r'<span class="label"><span class="fn-bracket">\[</span>(.*?)<span class="fn-bracket">\]</span></span>',
+            listing,
+        )
+    }
+    assert len(labels) >= 30, f"only {len(labels)} labels in the bibliography"
+    numbered = sorted(label for label in labels if label.isdigit())
+    assert not numbered, f"numbered labels: {numbered[:5]}"
+    cited, missing = 0, set()
+    for page in CHAPTERS:
+        for fragment in re.findall(r'href="bibliography\.html#[^"]*"[^>]*>(.*?)</a>', (SITE / page).read_text()):
+            text = _text(fragment)
+            if re.fullmatch(r"\d{4}", text):
+                continue  # a second year of one author: "Chen et al., 2023, 2024"
+            cited += 1
+            if text not in labels:
+                missing.add(text)
+    assert cited >= 50, f"only {cited} citations found"
+    assert not missing, f"citations with no such label in the bibliography: {sorted(missing)}"
