@@ -35,6 +35,12 @@ def mathjax_source() -> Path:
 def _use_local_path(app: Sphinx, config: Config) -> None:
     # A relative mathjax_path resolves under _static/ in every page.
     config.mathjax_path = f"{STATIC_SUBDIR}/{ENTRY_POINT}"
+    # MathJax's context menu speaks English only (no Korean translation exists), so it is off. It
+    # also gave every formula a tab stop; book/_static_files/math_focus.js gives one back to the
+    # display formulas, which scroll sideways when wider than the text.
+    settings = dict(config.mathjax3_config or {})
+    settings["options"] = {**settings.get("options", {}), "enableMenu": False}
+    config.mathjax3_config = settings
 
 
 def _copy_mathjax(app: Sphinx, exception: Exception | None) -> None:

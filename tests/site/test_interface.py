@@ -18,7 +18,7 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, site_pages
+from conftest import ROOT, open_page, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -133,3 +133,20 @@ def test_search_snippets_show_formulas_as_text(browser, base_url):
     assert converted == "크기 n \N{MULTIPLICATION SIGN} d 행렬, θ_i"
     assert snippets
     assert not [s for s in snippets if re.search(r"\\\(|\\\)|\\times|\\frac|\$\$", s)], snippets
+
+
+def test_formulas_open_no_english_menu_and_display_formulas_take_focus(browser, base_url):
+    """MathJax's context menu is English only, so it is off (book/_ext/offline_mathjax.py); a
+    right-click on a formula opens nothing. Every display formula keeps a tab stop
+    (book/_static_files/math_focus.js), so one that scrolls sideways can be reached by keyboard."""
+    with open_page(browser, base_url, "book/06_rope.html") as page:
+        page.wait_for_function(
+            "document.querySelectorAll('mjx-container[display=\"true\"]').length > 0"
+            " && Array.from(document.querySelectorAll('mjx-container[display=\"true\"]'))"
+            ".every(f => f.getAttribute('tabindex') === '0')",
+            timeout=15000,
+        )
+        page.locator("mjx-container").first.click(button="right")
+        page.wait_for_timeout(300)
+        menus = page.evaluate("document.querySelectorAll('.CtxtMenu_Menu, .CtxtMenu_MenuFrame').length")
+    assert menus == 0, "MathJax's (English) context menu opened"
