@@ -40,7 +40,7 @@ def test_every_entry_is_cited():
 
 def test_entries_have_a_year_and_papers_an_arxiv_id():
     for key, body in bib_entries().items():
-        assert re.search(r"year\s*=\s*\{\d{4}\}", body), key
+        assert re.search(r"year\s*=\s*\{\d{4}[ab]?\}", body), key  # 2024a, 2024b: one author, one year
         if "eprint" in body:
             assert re.search(r"eprint\s*=\s*\{\d{4}\.\d{4,5}\}", body), key
     # Every paper the book discusses at length is on arXiv; GPT-2's report is the one exception.

@@ -4,7 +4,9 @@ The text cites author and year (``bibtex_reference_style: author_year``: "[Vaswa
 but pybtex's plain style numbers the list ([1], [2], ...), so a reader who follows a citation
 finds a number there. The formatting style ``authoryear`` registered here is pybtex's plain
 style (same entries, same order: by author, year, title) with labels made like the citations:
-one author "Dao, 2024", two "Abdin and others, 2024", more "Vaswani et al., 2017".
+one author "Dao, 2024", two "Abdin and others, 2024", more "Vaswani et al., 2017". Two works of
+one author in one year carry a letter in their bibtex year (2024a, 2024b), so that the text's
+citation and the list's label tell them apart alike.
 """
 
 from __future__ import annotations
