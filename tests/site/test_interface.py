@@ -146,7 +146,7 @@ def test_formulas_open_no_english_menu_and_display_formulas_take_focus(browser, 
             ".every(f => f.getAttribute('tabindex') === '0')",
             timeout=15000,
         )
-        page.locator("mjx-container").first.click(button="right")
+        page.locator('article mjx-container[display="true"]:visible').first.click(button="right")
         page.wait_for_timeout(300)
         menus = page.evaluate("document.querySelectorAll('.CtxtMenu_Menu, .CtxtMenu_MenuFrame').length")
     assert menus == 0, "MathJax's (English) context menu opened"
