@@ -23,12 +23,17 @@ SCRIPT = ROOT / "experiments" / "lab.py"
 RECORD = ROOT / "experiments" / "lab"
 
 
-@pytest.fixture(scope="module")
-def lab():
-    spec = importlib.util.spec_from_file_location("experiments_lab", SCRIPT)
+def load_script(name: str, path: Path):
+    """An experiment script (not a package) imported as a module."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def lab():
+    return load_script("experiments_lab", SCRIPT)
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +149,7 @@ EXTENSION = ROOT / "experiments" / "extension"
 
 @pytest.fixture(scope="module")
 def ext():
-    spec = importlib.util.spec_from_file_location("experiments_extension", ROOT / "experiments" / "extension.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("experiments_extension", ROOT / "experiments" / "extension.py")
 
 
 @pytest.fixture(scope="module")

@@ -263,7 +263,7 @@ def contents_html(entries: list[dict]) -> str:
         items.append(
             f'<li class="pdf-contents-{entry["kind"]}"><a href="#{anchor}">'
             f"<span>{html_lib.escape(plain_title(heading['text']))}</span>"
-            f'<span class="pdf-leader"></span><span class="pdf-page" data-anchor="{anchor}"></span></a></li>'
+            f'<span class="pdf-leader"></span><span class="pdf-page"></span></a></li>'
         )
     return f'<nav class="pdf-contents"><p class="pdf-contents-title">차례</p><ol>{"".join(items)}</ol></nav>'
 
