@@ -422,7 +422,7 @@ from posenc.tasks import (  # noqa: E402
 
 
 def test_tasks_list_the_content_retrieval_tasks():
-    assert TASKS == ("lag_copy", "marker_recall", "associative_recall", "passkey")
+    assert TASKS == ("lag_copy", "marker_recall", "associative_recall", "passkey", "text")
 
 
 def test_associative_recall_targets_are_the_value_of_each_queried_key():

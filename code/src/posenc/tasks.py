@@ -58,7 +58,7 @@ __all__ = [
 
 IGNORE_INDEX = -100
 MARKER = 0  #: the marker token of marker recall; the other tokens are 1 .. vocab_size - 1
-TASKS = ("lag_copy", "marker_recall", "associative_recall", "passkey")
+TASKS = ("lag_copy", "marker_recall", "associative_recall", "passkey", "text")
 
 
 def _check_task(vocab_size: object, lag: object) -> tuple[int, int]:
@@ -214,6 +214,16 @@ def _task_batches(task: object, vocab_size: object, lag: object):
             return passkey_batch(generator, batch, length, vocab_size=vocab_size, device=device)
 
         return draw, 8
+    if task == "text":  # next-byte prediction on posenc's corpus (posenc.corpus)
+        from posenc.corpus import VOCAB_SIZE, text_batch
+
+        if vocab_size != VOCAB_SIZE:
+            raise ValueError(f"task 'text' reads bytes: vocab_size must be {VOCAB_SIZE}, got {vocab_size!r}")
+
+        def draw(generator, batch, length, device):
+            return text_batch(generator, batch, length, device=device)
+
+        return draw, 1
     vocab_size = check_int("vocab_size", vocab_size, minimum=3)
 
     def draw(generator, batch, length, device):
@@ -242,7 +252,8 @@ def train(
     ``task="lag_copy"`` (the default) needs ``lag``; ``task="marker_recall"`` takes none (the
     marker's place is drawn per sequence, :func:`marker_recall_batch`); ``"associative_recall"`` and
     ``"passkey"`` take none either and use their batch functions' defaults (4 pairs; a 3-digit key
-    at a depth drawn per sequence). Each step draws a length
+    at a depth drawn per sequence); ``"text"`` is next-byte prediction on posenc's real-text corpus
+    (:func:`posenc.corpus.text_batch`, ``vocab_size`` 256). Each step draws a length
     uniformly from ``[min_len, max_len]`` (one ``torch.randint`` call; none when
     ``min_len == max_len``), then a batch of that length, both from one CPU generator: ``seed`` is
     an int (a fresh ``torch.Generator().manual_seed(seed)``) or a generator to continue, which this
@@ -358,7 +369,8 @@ def accuracy_per_position(
     ``marker_recall_batch(..., marker_at=0)``, so index ``m`` is the accuracy of recalling a token
     ``m - 1`` positions back (NaN at ``m < 2``). Associative recall: ``associative_recall_batch(...)``
     with its default 4 pairs, so index ``m >= 8`` is the accuracy of a query up to ``m`` positions
-    past the pairs. The passkey task raises: read it per depth with :func:`passkey_accuracy`.
+    past the pairs. The passkey task raises (read it per depth with :func:`passkey_accuracy`), and so
+does ``"text"`` (scored by its loss: :func:`posenc.corpus.loss_per_position`).
     Evaluated on the model's device; a model that cannot
     take ``length`` (a learned table) raises.
 
@@ -377,6 +389,8 @@ def accuracy_per_position(
         return _accuracy(model, tokens, targets, mask)
     if task == "passkey":
         raise ValueError("task 'passkey' is read per depth, not per position: use passkey_accuracy")
+    if task == "text":
+        raise ValueError("task 'text' is scored by its loss: use posenc.corpus.loss_per_position")
     tokens, targets, mask = marker_recall_batch(
         generator, batch, length, vocab_size=vocab_size, marker_at=0, device=device
     )
