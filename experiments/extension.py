@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc import TinyTransformer, with_rope_scaling
+from posenc import EXTENSION_METHODS, TinyTransformer, extension_settings, with_rope_scaling
 from posenc.tasks import accuracy_per_position, marker_recall_batch
 
 HERE = Path(__file__).resolve().parent
@@ -63,7 +63,7 @@ CSV_FIELDS = ("stage", "method", "alpha", "seed", "position", "accuracy")
 #: a band mean may move this much (a fraction: 1 percentage point) and still match the record
 TOLERANCE = 0.01
 
-METHODS = ("none", "PI", "NTK", "dynamic NTK", "YaRN", "YaRN, no tau", "Llama 3")
+METHODS = EXTENSION_METHODS
 
 CONFIG = {
     "vocab_size": 16,  # token 0 is the marker, 1..15 the values
@@ -111,24 +111,10 @@ def make_model(config: dict, seed: int) -> TinyTransformer:
 
 def extension(config: dict, method: str, alpha: float) -> tuple[dict | None, float]:
     """``(rope_scaling dict, base)`` of ``method`` for a context of ``alpha * L_0`` (as chapter 10)."""
-    base, head_dim = config["base"], config["dim"] // config["num_heads"]
-    original = {"original_max_position_embeddings": config["train_len"]}
-    if method == "none":
-        return None, base
-    if method == "PI":
-        return {"rope_type": "linear", "factor": alpha}, base
-    if method == "NTK":
-        return None, base * alpha ** (head_dim / (head_dim - 2))
-    if method == "dynamic NTK":  # factor 1: at length L, NTK's base for L / L_0
-        return {"rope_type": "dynamic", "factor": 1.0, **original}, base
-    if method == "YaRN":
-        return {"rope_type": "yarn", "factor": alpha, **original}, base
-    if method == "YaRN, no tau":
-        return {"rope_type": "yarn", "factor": alpha, **original, "attention_factor": 1.0}, base
-    if method == "Llama 3":
-        bands = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
-        return {"rope_type": "llama3", "factor": alpha, **original, **bands}, base
-    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    head_dim = config["dim"] // config["num_heads"]
+    return extension_settings(
+        method, alpha, base=config["base"], head_dim=head_dim, original_max_position_embeddings=config["train_len"]
+    )
 
 
 def extended(config: dict, model: TinyTransformer, method: str, alpha: float) -> TinyTransformer:

@@ -14,7 +14,7 @@ CPython 3.11.7's standard library, PSF licence), one per position scheme and see
   table extended by rows that were never trained (drawn as the initialisation draws them,
   :func:`extend_learned`), method ``"untrained rows"``;
 * **RoPE scaled at inference**: the RoPE models with PI, NTK-aware, YaRN and Llama 3 scaling for
-  ``alpha = L / L_0`` (as chapter 10 builds them: ``experiments/extension.py``'s ``extension``);
+  ``alpha = L / L_0`` (as chapter 10 builds them: :func:`posenc.extension_settings`);
 * **fine-tuning**: each RoPE model with no scaling, PI and YaRN at ``alpha = 2``, 100 more steps of
   batch 16 at lr 1e-3 on windows of ``2 L_0``, batches from seed ``100 + s``; evaluated at ``2 L_0``.
 
@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc import TinyTransformer
+from posenc import TinyTransformer, extension_settings, with_rope_scaling
 from posenc.corpus import VOCAB_SIZE, loss_per_position
 from posenc.learned import LearnedPositionalEmbedding
 
@@ -106,7 +106,7 @@ CONFIG = {
 
 
 def load_script(name: str):
-    """``experiments/<name>.py`` as a module: the lab's training call, chapter 10's scaling rules."""
+    """``experiments/<name>.py`` as a module (the lab's one training call, ``train_on_task``)."""
     spec = importlib.util.spec_from_file_location(f"experiments_{name}", HERE / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -150,8 +150,16 @@ def extend_learned(config: dict, model: TinyTransformer, rows: int, seed: int) -
     return copy.eval()
 
 
-def scaled(config: dict, model: TinyTransformer, method: str, alpha: float, extension) -> TinyTransformer:
-    return extension.extended(config, model, method, alpha)
+def scaled(config: dict, model: TinyTransformer, method: str, alpha: float) -> TinyTransformer:
+    """A copy of the RoPE ``model`` extended by ``method`` to ``alpha * L_0`` (:func:`posenc.extension_settings`)."""
+    scaling, base = extension_settings(
+        method,
+        alpha,
+        base=config["base"],
+        head_dim=config["dim"] // config["num_heads"],
+        original_max_position_embeddings=config["train_len"],
+    )
+    return with_rope_scaling(model, scaling, base=base)
 
 
 def measure(config: dict, model: TinyTransformer, length: int) -> torch.Tensor:
@@ -179,13 +187,11 @@ def rows_of(config: dict, key: dict, curve: torch.Tensor, *, bands: bool) -> tup
     return result, band_rows
 
 
-def fine_tune(
-    config: dict, base: TinyTransformer, method: str, seed: int, lab, extension
-) -> tuple[TinyTransformer, float]:
+def fine_tune(config: dict, base: TinyTransformer, method: str, seed: int, lab) -> tuple[TinyTransformer, float]:
     """A copy of ``base`` extended by ``method`` at ``factor`` and trained on windows of ``factor * L_0``."""
     ft = config["fine_tune"]
     length = ft["factor"] * config["train_len"]
-    model = scaled(config, base, method, ft["factor"], extension).train()
+    model = scaled(config, base, method, ft["factor"]).train()
     losses = lab.train_on_task(
         model, config, "text", ft["seed_offset"] + seed,
         steps=ft["steps"], batch=ft["batch"], lr=ft["lr"], min_len=length, max_len=length,
@@ -205,19 +211,17 @@ def save_checkpoint(model: TinyTransformer, path: Path) -> None:
     torch.save(state, path)
 
 
-def load_checkpoint(
-    config: dict, path: Path, scheme: str, method: str | None = None, extension=None
-) -> TinyTransformer:
+def load_checkpoint(config: dict, path: Path, scheme: str, method: str | None = None) -> TinyTransformer:
     """A saved model in float32 and eval mode; ``method``: a RoPE fine-tune, extended as it was tuned."""
     model = make_model(config, scheme, 0)
     if method is not None:
-        model = scaled(config, model, method, config["fine_tune"]["factor"], extension)
+        model = scaled(config, model, method, config["fine_tune"]["factor"])
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
     return model.eval()
 
 
-def evaluate_base(config: dict, model: TinyTransformer, scheme: str, seed: int, extension) -> tuple[list, list]:
+def evaluate_base(config: dict, model: TinyTransformer, scheme: str, seed: int) -> tuple[list, list]:
     """Rows of one trained model: every evaluation length, RoPE's scalings, bands at the longest."""
     L0, longest = config["train_len"], max(config["eval_multiples"])
     results, bands = [], []
@@ -233,7 +237,7 @@ def evaluate_base(config: dict, model: TinyTransformer, scheme: str, seed: int, 
         if scheme == "rope" and multiple > 1:
             for method in config["scalings"]:
                 key = {"stage": "scaled", "scheme": scheme, "method": method, "seed": seed}
-                curve = measure(config, scaled(config, model, method, multiple, extension), length)
+                curve = measure(config, scaled(config, model, method, multiple), length)
                 r, b = rows_of(config, key, curve, bands=multiple == longest)
                 results += r
                 bands += b
@@ -243,14 +247,14 @@ def evaluate_base(config: dict, model: TinyTransformer, scheme: str, seed: int, 
 def run_unit(config: dict, scheme: str, seed: int, out: str) -> dict:
     """Train and evaluate one (scheme, seed); for RoPE also the fine-tunes. Returns rows and metadata."""
     torch.set_num_threads(1)
-    lab, extension = load_script("lab"), load_script("extension")
+    lab = load_script("lab")
     out = Path(out)
     tick = time.perf_counter()
     model = make_model(config, scheme, seed)
     losses = lab.train_on_task(model, config, "text", seed)
     model = rounded(model).eval()
     trained = time.perf_counter() - tick
-    results, bands = evaluate_base(config, model, scheme, seed, extension)
+    results, bands = evaluate_base(config, model, scheme, seed)
     meta = {"final_loss": {f"base/{scheme}/{seed}": round(float(losses[-50:].mean()), 6)}, "checkpoints": {}}
     meta["timings"] = {
         f"base/{scheme}/{seed}": {
@@ -273,7 +277,7 @@ def run_unit(config: dict, scheme: str, seed: int, out: str) -> dict:
         factor = config["fine_tune"]["factor"]
         for method in config["fine_tune_methods"]:
             tick = time.perf_counter()
-            tuned, loss = fine_tune(config, model, method, seed, lab, extension)
+            tuned, loss = fine_tune(config, model, method, seed, lab)
             key = {"stage": "fine_tuned", "scheme": scheme, "method": method, "seed": seed}
             r, b = rows_of(config, key, measure(config, tuned, factor * config["train_len"]), bands=True)
             results += r
@@ -357,7 +361,6 @@ def load_results(path: Path) -> dict[tuple[str, str, str, int, int], float]:
 def check(config: dict, out: Path = OUT) -> int:
     """Re-evaluate every saved checkpoint at every length it was evaluated at; returns the failures."""
     torch.set_num_threads(1)
-    extension = load_script("extension")
     meta = json.loads((out / "record.json").read_text())
     if meta["config"] != config:
         print("record.json's config differs from CONFIG in this script")
@@ -370,10 +373,10 @@ def check(config: dict, out: Path = OUT) -> int:
         now = {}
         if stage == "base":
             model = load_checkpoint(config, out / saved["path"], scheme)
-            results, _ = evaluate_base(config, model, scheme, seed, extension)
+            results, _ = evaluate_base(config, model, scheme, seed)
             now = {(r["stage"], scheme, r["method"], seed, r["eval_length"]): float(r["loss"]) for r in results}
         else:
-            model = load_checkpoint(config, out / saved["path"], scheme, method, extension)
+            model = load_checkpoint(config, out / saved["path"], scheme, method)
             length = config["fine_tune"]["factor"] * config["train_len"]
             now[(stage, scheme, method, seed, length)] = float(measure(config, model, length).mean())
         worst = max(abs(now[k] - recorded[k]) for k in now)

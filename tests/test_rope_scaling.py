@@ -12,6 +12,7 @@ import torch
 from lazy_transformers import transformers_attr as _tf
 
 from posenc import (
+    EXTENSION_METHODS,
     ROPE_SCALINGS,
     ROPE_TYPES,
     Default,
@@ -23,6 +24,7 @@ from posenc import (
     RotaryEmbedding,
     Yarn,
     apply_rope,
+    extension_settings,
     frequencies,
     rope_cos_sin,
     rope_inv_freq,
@@ -868,3 +870,62 @@ def test_llama4_rotates_neighbouring_pairs_as_transformers_does(model_type):
     theirs, _ = llama4.apply_rotary_emb(x, x, freqs_cis)
     ours = apply_rope(x.transpose(1, 2), positions, base=settings.base, scaling=settings.scaling, pairing="interleaved")
     torch.testing.assert_close(ours.transpose(1, 2), theirs, rtol=0, atol=2e-5)
+
+
+# ---- extension_settings: the context-extension recipes of chapters 10 and 13 --------------------------
+
+
+def test_extension_settings_give_each_methods_published_recipe():
+    def settings(method, factor=4.0):
+        return extension_settings(method, factor, base=100.0, head_dim=16, original_max_position_embeddings=32)
+
+    original = {"original_max_position_embeddings": 32}
+    assert EXTENSION_METHODS == ("none", "PI", "NTK", "dynamic NTK", "YaRN", "YaRN, no tau", "Llama 3")
+    assert settings("none") == (None, 100.0)
+    assert settings("PI") == ({"rope_type": "linear", "factor": 4.0}, 100.0)
+    scaling, base = settings("NTK")
+    assert scaling is None and base == pytest.approx(100.0 * 4.0 ** (16 / 14))
+    assert settings("dynamic NTK") == ({"rope_type": "dynamic", "factor": 1.0, **original}, 100.0)
+    assert settings("YaRN") == ({"rope_type": "yarn", "factor": 4.0, **original}, 100.0)
+    assert settings("YaRN, no tau") == (
+        {"rope_type": "yarn", "factor": 4.0, **original, "attention_factor": 1.0},
+        100.0,
+    )
+    bands = {"low_freq_factor": 1.0, "high_freq_factor": 4.0}
+    assert settings("Llama 3") == ({"rope_type": "llama3", "factor": 4.0, **original, **bands}, 100.0)
+
+
+def test_extension_settings_build_valid_scalings_whose_frequencies_follow_each_rule():
+    theta = rope_inv_freq(16, base=100.0)[0]
+    for method in EXTENSION_METHODS:
+        scaling, base = extension_settings(method, 4, base=100.0, head_dim=16, original_max_position_embeddings=32)
+        inv_freq, _ = rope_inv_freq(16, base=base, scaling=scaling, seq_len=128)
+        ratio = inv_freq / theta  # (8,)
+        if method == "none":
+            assert torch.equal(ratio, torch.ones(8))
+        elif method == "PI":
+            torch.testing.assert_close(ratio, torch.full((8,), 0.25))
+        elif method in ("NTK", "dynamic NTK"):  # at L = 4 L_0 dynamic NTK is NTK; the fastest pair is kept
+            assert ratio[0] == 1 and (ratio[1:] < 1).all() and ratio[-1] == pytest.approx(0.25, rel=1e-5)
+        else:  # YaRN and Llama 3 keep the fastest pair and interpolate the slow ones by 1/4
+            assert ratio[0] == 1 and torch.allclose(ratio[3:], torch.tensor(0.25))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"method": "ntk"}, "method must be one of"),
+        ({"factor": 0.5}, "factor must be >= 1"),
+        ({"factor": "2"}, "factor"),
+        ({"base": 1.0}, "base"),
+        ({"head_dim": 15}, "head_dim must be even, got 15"),
+        ({"original_max_position_embeddings": 0}, "original_max_position_embeddings"),
+    ],
+)
+def test_extension_settings_refuse_bad_arguments(arguments, message):
+    call = {"method": "PI", "factor": 2, "base": 100.0, "head_dim": 16, "original_max_position_embeddings": 32}
+    call.update(arguments)
+    method = call.pop("method")
+    factor = call.pop("factor")
+    with pytest.raises((TypeError, ValueError), match=message):
+        extension_settings(method, factor, **call)

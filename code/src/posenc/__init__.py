@@ -41,6 +41,7 @@ from posenc.rope import (
     rope_rotate_reference,
 )
 from posenc.rope_scaling import (
+    EXTENSION_METHODS,
     ROPE_SCALINGS,
     Default,
     DynamicNTK,
@@ -51,6 +52,7 @@ from posenc.rope_scaling import (
     RopeScaling,
     RopeSettings,
     Yarn,
+    extension_settings,
     rope_settings,
     rope_spec,
 )
@@ -59,6 +61,7 @@ from posenc.stats import PairedComparison, paired_comparison, paired_comparisons
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
+    "EXTENSION_METHODS",
     "KNOWN_TABLES",
     "PAIRINGS",
     "POSITION_SCHEMES",
@@ -89,6 +92,7 @@ __all__ = [
     "carrying_pairs",
     "causal_mask",
     "default_device",
+    "extension_settings",
     "frequencies",
     "paired_comparison",
     "paired_comparisons",

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import itertools
 import json
 import math
 from functools import cache
@@ -151,7 +152,8 @@ def loss_per_position(
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     batch = check_int("batch", batch, minimum=1)
     tokens, targets = evaluation_windows(length, num_bytes=num_bytes, split=split)
-    device = next(model.parameters()).device
+    # the model's device: that of its first parameter or buffer (a model with neither runs on the CPU)
+    device = next(itertools.chain(model.parameters(), model.buffers()), torch.empty(0)).device
     total = torch.zeros(tokens.shape[1], dtype=torch.float64)  # (s,)
     for start in range(0, len(tokens), batch):
         logits = model(tokens[start : start + batch].to(device))  # (b, s, 256)

@@ -45,6 +45,7 @@ from posenc._checks import check_even_dim, check_int, check_real
 from posenc.sinusoidal import frequencies
 
 __all__ = [
+    "EXTENSION_METHODS",
     "PAIRINGS",
     "ROPE_SCALINGS",
     "ROPE_TYPES",
@@ -57,6 +58,7 @@ __all__ = [
     "RopeScaling",
     "RopeSettings",
     "Yarn",
+    "extension_settings",
     "rope_settings",
     "rope_spec",
 ]
@@ -766,3 +768,59 @@ def rope_settings(config: object, layer_type: str | None = None) -> RopeSettings
     if head_dim is not None:  # validate now, so that a bad config fails here and names its key
         head_dim = spec.check_head_dim(head_dim)
     return RopeSettings(base, spec, spec.partial_rotary_factor, _pairing(config), layer_type, head_dim)
+
+
+# ---- Extending a trained model's context: the methods the book compares ----------------------------
+
+
+def _yarn_extension(factor: float, original: dict, temperature: bool) -> dict:
+    yarn = {"rope_type": "yarn", "factor": factor, **original}
+    return yarn if temperature else {**yarn, "attention_factor": 1.0}
+
+
+# method -> f(factor, base, head_dim, original) -> (rope_scaling dict or None, base); one line each
+_EXTENSIONS = {
+    "none": lambda factor, base, d, original: (None, base),
+    "PI": lambda factor, base, d, original: ({"rope_type": "linear", "factor": factor}, base),
+    "NTK": lambda factor, base, d, original: (None, base * factor ** (d / (d - 2))),
+    "dynamic NTK": lambda factor, base, d, original: ({"rope_type": "dynamic", "factor": 1.0, **original}, base),
+    "YaRN": lambda factor, base, d, original: (_yarn_extension(factor, original, True), base),
+    "YaRN, no tau": lambda factor, base, d, original: (_yarn_extension(factor, original, False), base),
+    "Llama 3": lambda factor, base, d, original: (
+        {"rope_type": "llama3", "factor": factor, **original, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+        base,
+    ),
+}
+#: the context-extension methods of chapters 10 and 13, in the order the book lists them
+EXTENSION_METHODS = tuple(_EXTENSIONS)
+
+
+def extension_settings(
+    method: str, factor: float, *, base: float, head_dim: int, original_max_position_embeddings: int
+) -> tuple[dict | None, float]:
+    """``(rope_scaling dict or None, base)`` that extends a RoPE model trained at ``L_0`` to ``factor * L_0``.
+
+    Book: chapter 10 (``book/10_extension.ipynb``) and the real-text chapter (``book/13_real_text.ipynb``).
+    Give the result to :func:`posenc.with_rope_scaling` (``scaling, base = extension_settings(...)``,
+    ``with_rope_scaling(model, scaling, base=base)``). ``L_0`` is ``original_max_position_embeddings``.
+
+    * ``"none"``: RoPE unchanged (extrapolation);
+    * ``"PI"``: ``{"rope_type": "linear", "factor": factor}`` (Chen et al., arXiv:2306.15595);
+    * ``"NTK"``: no scaling dict, the base raised to ``base * factor ** (d / (d - 2))`` (bloc97's rule);
+    * ``"dynamic NTK"``: ``rope_type "dynamic"`` with ``factor`` 1, so that at a length ``L > L_0`` the
+      base is NTK's for ``L / L_0`` (``factor`` only names the evaluation length);
+    * ``"YaRN"``: ``rope_type "yarn"`` with the paper's defaults (Peng et al., arXiv:2309.00071);
+      ``"YaRN, no tau"``: the same with ``attention_factor`` 1 (no temperature);
+    * ``"Llama 3"``: ``rope_type "llama3"`` with Llama 3.1's ``low_freq_factor`` 1, ``high_freq_factor`` 4.
+    """
+    if method not in _EXTENSIONS:
+        raise ValueError(f"method must be one of {EXTENSION_METHODS}, got {method!r}")
+    factor = check_real("factor", factor, greater_than=0.0)
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1 (a longer context), got {factor:g}")
+    base = check_real("base", base, greater_than=1.0)
+    head_dim = check_int("head_dim", head_dim, minimum=4)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even, got {head_dim}")
+    length = check_int("original_max_position_embeddings", original_max_position_embeddings, minimum=1)
+    return _EXTENSIONS[method](factor, base, head_dim, {"original_max_position_embeddings": length})

@@ -370,9 +370,8 @@ def accuracy_per_position(
     ``m - 1`` positions back (NaN at ``m < 2``). Associative recall: ``associative_recall_batch(...)``
     with its default 4 pairs, so index ``m >= 8`` is the accuracy of a query up to ``m`` positions
     past the pairs. The passkey task raises (read it per depth with :func:`passkey_accuracy`), and so
-does ``"text"`` (scored by its loss: :func:`posenc.corpus.loss_per_position`).
-    Evaluated on the model's device; a model that cannot
-    take ``length`` (a learned table) raises.
+    does ``"text"`` (scored by its loss: :func:`posenc.corpus.loss_per_position`).
+    Evaluated on the model's device; a model that cannot take ``length`` (a learned table) raises.
 
     Shapes:
         returns ``(s,)`` float32 on the CPU, NaN where no sequence has a target.
