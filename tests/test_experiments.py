@@ -235,3 +235,95 @@ def test_one_extension_checkpoint_reproduces_the_record(ext):
     assert recorded.keys() == new.keys()
     for band in recorded:
         assert abs(recorded[band] - new[band]) <= ext.TOLERANCE, band
+
+
+# ---- chapter 13's record (experiments/real_text.py, experiments/real_text/)
+
+REAL_TEXT = ROOT / "experiments" / "real_text"
+
+
+@pytest.fixture(scope="module")
+def real():
+    return load_script("experiments_real_text", ROOT / "experiments" / "real_text.py")
+
+
+@pytest.fixture(scope="module")
+def real_meta():
+    return json.loads((REAL_TEXT / "record.json").read_text())
+
+
+def test_the_real_text_record_was_made_with_its_scripts_config(real, real_meta):
+    assert real_meta["config"] == real.CONFIG
+    assert real_meta["tolerance"] == {"check": 1e-3, "compare_absolute": 0.03, "compare_relative": 0.05}
+    assert real_meta["total_seconds"] > 0 and real_meta["torch_version"]
+    # every model's final training loss, and every fine-tune's
+    config = real.CONFIG
+    expected = {f"base/{s}/{seed}" for s in config["schemes"] for seed in config["seeds"]}
+    expected |= {f"fine_tuned/{m}/{seed}" for m in config["fine_tune_methods"] for seed in config["seeds"]}
+    assert set(real_meta["final_loss"]) == expected
+
+
+def test_the_real_text_record_has_every_evaluation(real):
+    config = real.CONFIG
+    results = real.load_results(REAL_TEXT / "results.csv")
+    L0, seeds = config["train_len"], config["seeds"]
+    lengths = [k * L0 for k in config["eval_multiples"]]
+    expected = set()
+    for scheme in config["schemes"]:
+        for n in lengths:
+            method = "untrained rows" if scheme == "learned" and n > L0 else ""
+            expected |= {("base", scheme, method, s, n) for s in seeds}
+    expected |= {("scaled", "rope", m, s, n) for m in config["scalings"] for s in seeds for n in lengths[1:]}
+    factor = config["fine_tune"]["factor"]
+    expected |= {("fine_tuned", "rope", m, s, factor * L0) for m in config["fine_tune_methods"] for s in seeds}
+    assert set(results) == expected
+    assert all(0 < loss < math.log(256) * 3 for loss in results.values())
+    # the bands of each evaluation at 16 L_0 (and of the fine-tunes at 2 L_0) average to its loss
+    bands = {}
+    with open(REAL_TEXT / "bands.csv", newline="") as handle:
+        for row in csv.DictReader(handle):
+            key = row["stage"], row["scheme"], row["method"], int(row["seed"]), int(row["eval_length"])
+            bands.setdefault(key, []).append((int(row["lo"]), int(row["hi"]), float(row["loss"])))
+    assert set(bands) == {k for k in expected if k[4] == lengths[-1] or k[0] == "fine_tuned"}
+    for key, rows in bands.items():
+        assert [lo for lo, _, _ in rows] == list(range(0, key[4], config["band_width"]))
+        assert sum(loss for _, _, loss in rows) / len(rows) == pytest.approx(results[key], abs=1e-9)
+
+
+def test_the_real_text_checkpoints_are_listed_and_small(real, real_meta):
+    config = real.CONFIG
+    names = {f"base/{s}//0" for s in config["schemes"]}
+    names |= {f"fine_tuned/rope/{m}/0" for m in config["checkpoint_fine_tuned"]}
+    assert set(real_meta["checkpoints"]) == names
+    for saved in real_meta["checkpoints"].values():
+        assert (REAL_TEXT / saved["path"]).stat().st_size == saved["bytes"]
+    assert real_meta["checkpoint_bytes"] < 3e6
+
+
+def test_the_real_text_comparison_finds_a_planted_moved_number(real):
+    recorded = real.seed_means(real.load_results(REAL_TEXT / "results.csv"))
+    assert real.compare_means(recorded, dict(recorded)) == []
+    key = ("base", "alibi", "", 1024)
+    moved = {**recorded, key: recorded[key] + 0.1}  # past max(0.03, 5 %) of a loss near 1.5
+    problems = real.compare_means(recorded, moved)
+    assert len(problems) == 1 and problems[0].startswith(str(key))
+    nudged = {**recorded, key: recorded[key] + 0.02}  # within the tolerance
+    assert real.compare_means(recorded, nudged) == []
+    missing = {k: v for k, v in recorded.items() if k != key}
+    (problem,) = real.compare_means(recorded, missing)  # a number the re-run lacks fails too
+    assert problem.startswith(str(key)) and "now nan" in problem
+
+
+def test_one_real_text_checkpoint_reproduces_the_record(real):
+    # seed 0's ALiBi model at L_0 and at 16 L_0: the record measured this very float16 model
+    config = real.CONFIG
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = real.load_checkpoint(config, REAL_TEXT / "checkpoints" / "base-alibi-seed0.pt", "alibi")
+        recorded = real.load_results(REAL_TEXT / "results.csv")
+        for length in (config["train_len"], 16 * config["train_len"]):
+            now = float(real.measure(config, model, length).mean())
+            assert abs(now - recorded["base", "alibi", "", 0, length]) <= real.CHECK_TOLERANCE, length
+    finally:
+        torch.set_num_threads(threads)

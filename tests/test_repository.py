@@ -2,6 +2,8 @@
 
 import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -317,3 +319,12 @@ def test_the_chapter_check_finds_a_planted_stale_reference(tmp_path, line, stric
     )
     problems = chapter_reference_problems("explorers.py", planted.read_text(), every_number_names_its_file=strict)
     assert len(problems) == 1 and found in problems[0], problems
+
+
+def test_the_measurements_page_shows_the_times_the_records_hold():
+    # experiments/times.csv is what tools/experiment_times.py makes from today's records
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "experiment_times.py"), "--check"], capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert ":file: ../experiments/times.csv" in (ROOT / "book" / "measurements.md").read_text()

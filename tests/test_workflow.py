@@ -78,13 +78,17 @@ def test_a_weekly_workflow_reruns_every_recorded_experiment_and_compares_it_with
     assert "make setup" in runs
     assert any('"experiments/$SCRIPT" --compare $ARGS' in run for run in runs)
     assert all("${{" not in run for run in runs), "pass matrix values through env:, not into the script"
-    # one job per arm of lab.py's CONFIG, and one for extension.py
+    # one job per arm of lab.py's CONFIG, and one for each other script with a --compare
+    # (extension.py; real_text.py on the runner's cores, one process each)
     lab = load_script("lab")
     include = job["strategy"]["matrix"]["include"]
     arms = [tuple(item["args"].split()) for item in include if item["script"] == "lab.py"]
     expected = [("--arm", task, scheme) for task in lab.CONFIG["tasks"] for scheme in lab.CONFIG["schemes"]]
     assert sorted(arms) == sorted(expected)
-    assert [item for item in include if item["script"] != "lab.py"] == [{"script": "extension.py", "args": ""}]
+    others = [item for item in include if item["script"] != "lab.py"]
+    assert others == [{"script": "extension.py", "args": ""}, {"script": "real_text.py", "args": "--jobs 2"}]
+    comparing = {p.name for p in (ROOT / "experiments").glob("*.py") if '"--compare"' in p.read_text()}
+    assert comparing == {"lab.py", *(item["script"] for item in others)}
     assert job["permissions"] == {"contents": "read"}
 
 
