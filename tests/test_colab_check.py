@@ -6,6 +6,8 @@ up (and nothing it does not), and the comparison of two environments finds what 
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,3 +89,34 @@ def test_a_notebook_runs_again_only_where_what_it_touched_differs():
     differ = frozenset({"transformers", "huggingface-hub"})
     assert colab_check.can_differ(frozenset({"torch", "transformers"}), differ)
     assert not colab_check.can_differ(frozenset({"torch", "numpy", "matplotlib"}), differ)
+
+
+def orphans(*roots: str) -> set[str]:
+    """What ORPHANS finds in this test's own venv, starting from these requirements."""
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", colab_check.ORPHANS, json.dumps(list(roots))],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(json.loads(out.stdout))
+
+
+def test_a_derived_venv_keeps_what_its_requirements_need_and_nothing_else():
+    """derive_venv uninstalls what ORPHANS lists: every distribution that no requirement of the new
+    environment needs, directly or through others (for `none`: transformers and what only it needed)."""
+    from importlib.metadata import version
+
+    assert version("pytest") and version("transformers") and version("huggingface-hub")
+    without = orphans("pytest")
+    # pytest and what it needs stay (pluggy, iniconfig), and pip
+    assert not {"pytest", "pluggy", "iniconfig", "pip"} & without
+    # what only other packages needed goes
+    assert {"transformers", "huggingface-hub", "torch", "jupyter-book"} <= without
+    with_transformers = orphans("pytest", "transformers>=5")
+    assert not {"transformers", "huggingface-hub", "tokenizers", "safetensors"} & with_transformers
+    assert without - with_transformers >= {"transformers", "huggingface-hub", "tokenizers"}
+    # an extra's requirements are followed only when the extra is asked for
+    # an extra's requirements are followed only when the extra is asked for (tqdm[notebook]: ipywidgets)
+    assert version("ipywidgets")
+    assert "ipywidgets" in orphans("tqdm") and "ipywidgets" not in orphans("tqdm[notebook]")

@@ -43,7 +43,10 @@ Environments (--env, comma-separated; default tf5,tf4,none):
   A requirement such as transformers==4.48.3 names an environment too: the same venv with that
   release (how the oldest transformers of posenc's `compare` extra was checked).
 
-A venv is reused while its requirement set and base Python are unchanged (a second run skips the
+The first environment's venv is built from PyPI; each further one is made from it (derive_venv:
+a hard-linked copy, pip installing its own requirements and uninstalling what nothing there needs),
+which gives the venv a fresh install would give, in seconds instead of minutes. A venv is reused
+while its requirement set, base Python and source venv are unchanged (a second run skips the
 installs); --fresh rebuilds it with the then-newest releases. The table of results is printed and
 written to _build/colab-check/report.md; the exit status is 1 if any notebook failed.
 
@@ -222,26 +225,102 @@ def is_requirement(name: str) -> bool:
     return re.fullmatch(r"[A-Za-z][\w.-]*(==|>=|<=|~=|<|>)[\w.*]+", name) is not None
 
 
-def make_venv(name: str, base_python: str, fresh: bool) -> Path:
-    """The venv of an environment, built with the newest releases, or reused when unchanged."""
-    root = VENVS / re.sub(r"[^\w.-]+", "-", name)
-    python = root / "bin" / "python"
+def venv_root(name: str) -> Path:
+    return VENVS / re.sub(r"[^\w.-]+", "-", name)
+
+
+def wanted_venv(name: str, base_python: str, source: Path | None) -> dict:
+    """What a venv is made of: its stamp, compared with the built one's to decide a rebuild."""
     base_version = run([base_python, "-c", "import sys; print(sys.version)"]).strip()
     wanted = {"base_python": base_version, "requirements": COLAB_PACKAGES + requirements(name)}
+    if source is not None:  # derived: made again whenever its source venv is rebuilt
+        if not (source / BUILD_ID).is_file():  # a venv from before builds were stamped
+            (source / BUILD_ID).write_text(f"{time.time_ns()}\n")
+        wanted["derived_from"] = {"venv": source.name, "build": (source / BUILD_ID).read_text().strip()}
+    return wanted
+
+
+def reusable(root: Path, wanted: dict, fresh: bool) -> bool:
     stamp = root / "colab-check.json"
-    if not fresh and stamp.is_file() and json.loads(stamp.read_text()) == wanted and python.is_file():
-        return python
-    print(f"[{name}] creating {root.relative_to(ROOT)} with {' '.join(wanted['requirements'])}", flush=True)
-    shutil.rmtree(root, ignore_errors=True)
-    run([base_python, "-m", "venv", root])
-    run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
-    run([python, "-m", "pip", "install", "--quiet", *wanted["requirements"]])
+    return not fresh and stamp.is_file() and json.loads(stamp.read_text()) == wanted and (root / "bin/python").is_file()
+
+
+def finish_venv(root: Path, wanted: dict) -> Path:
+    python = root / "bin" / "python"
     # Colab's image comes with matplotlib's font cache built; build it now, not in a notebook
     # (where "Matplotlib is building the font cache" would be a line on stderr).
     run([python, "-I", "-c", "import matplotlib.pyplot"], env={**os.environ, "MPLCONFIGDIR": str(root / "mplconfig")})
-    stamp.write_text(json.dumps(wanted, indent=1) + "\n")
+    (root / "colab-check.json").write_text(json.dumps(wanted, indent=1) + "\n")
     (root / BUILD_ID).write_text(f"{time.time_ns()}\n")
     return python
+
+
+def make_venv(name: str, base_python: str, fresh: bool) -> Path:
+    """The venv of an environment, built with the newest releases, or reused when unchanged."""
+    root = venv_root(name)
+    wanted = wanted_venv(name, base_python, None)
+    if reusable(root, wanted, fresh):
+        return root / "bin" / "python"
+    print(f"[{name}] creating {root.relative_to(ROOT)} with {' '.join(wanted['requirements'])}", flush=True)
+    shutil.rmtree(root, ignore_errors=True)
+    run([base_python, "-m", "venv", root])
+    python = root / "bin" / "python"
+    run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    run([python, "-m", "pip", "install", "--quiet", *wanted["requirements"]])
+    return finish_venv(root, wanted)
+
+
+# Run in a venv: the distributions nothing in it needs, starting from the requirements given (pip and
+# its build tools stay). A requirement's extras and environment markers are followed as pip does.
+ORPHANS = """\
+import importlib.metadata as m, json, sys
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.utils import canonicalize_name as canonical
+
+dists = {canonical(d.metadata["Name"]): d for d in m.distributions() if d.metadata["Name"]}
+needed, todo = set(), [Requirement(r) for r in json.loads(sys.argv[1])]
+while todo:
+    req = todo.pop()
+    name = canonical(req.name)
+    for extra in ["", *sorted(req.extras)]:
+        if (name, extra) in needed or name not in dists:
+            continue
+        needed.add((name, extra))
+        for line in dists[name].requires or []:
+            sub = Requirement(line)
+            if sub.marker is None or sub.marker.evaluate({"extra": extra}):
+                todo.append(sub)
+keep = {name for name, _ in needed} | {"pip", "setuptools", "wheel"}
+print(json.dumps(sorted(set(dists) - keep)))
+"""
+
+
+def derive_venv(name: str, source_python: Path, base_python: str, fresh: bool) -> Path:
+    """An environment's venv made from another's (the first environment's), as a fresh venv of its
+    requirements would be, in seconds instead of minutes: a hard-linked copy of the source venv
+    (venv_copy's way), then pip installs this environment's requirements (resolved against what is
+    there: a newer release pip must not keep is replaced by the newest it may), and uninstalls every
+    distribution that none of COLAB_PACKAGES and this environment's requirements needs (for `none`:
+    transformers and what only it needed). Remade when the source venv is rebuilt."""
+    source = source_python.parent.parent
+    root = venv_root(name)
+    wanted = wanted_venv(name, base_python, source)
+    if reusable(root, wanted, fresh):
+        return root / "bin" / "python"
+    print(
+        f"[{name}] creating {root.relative_to(ROOT)} from {source.name}: {' '.join(wanted['requirements'])}", flush=True
+    )
+    shutil.rmtree(root, ignore_errors=True)
+    hard_link_copy(source, root)
+    python = root / "bin" / "python"
+    if requirements(name):
+        run([python, "-m", "pip", "install", "--quiet", *requirements(name)])
+    orphans = json.loads(
+        run([python, "-I", "-c", ORPHANS, json.dumps(wanted["requirements"])], cwd=tempfile.gettempdir())
+    )
+    if orphans:
+        run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *orphans])
+    return finish_venv(root, wanted)
 
 
 BUILD_ID = "colab-check.build"  # which build of a venv its copies were made from
@@ -265,13 +344,25 @@ def venv_copy(python: Path, number: int) -> Path:
     if (copy / BUILD_ID).is_file() and (copy / BUILD_ID).read_text() == build:
         return copy / "bin" / "python"
     shutil.rmtree(copy, ignore_errors=True)
+    hard_link_copy(root, copy)
+    (copy / BUILD_ID).write_text(build)
+    return copy / "bin" / "python"
+
+
+def hard_link_copy(root: Path, copy: Path) -> None:
+    """A copy of a venv whose files are hard links to the original's (pip and Python replace files,
+    they do not write into them), except the folders a running kernel writes to, which are copied,
+    and the stamps, which belong to the original."""
     shutil.copytree(
-        root, copy, symlinks=True, copy_function=os.link, ignore=lambda d, names: PRIVATE if d == str(root) else ()
+        root,
+        copy,
+        symlinks=True,
+        copy_function=os.link,
+        ignore=lambda d, names: [*PRIVATE, BUILD_ID, "colab-check.json"] if d == str(root) else (),
     )
     for name in PRIVATE:
         if (root / name).is_dir():
             shutil.copytree(root / name, copy / name, symlinks=True)
-    return copy / "bin" / "python"
 
 
 def kernel_environment(base: dict, venv: Path | None) -> dict:
@@ -631,7 +722,10 @@ def main() -> int:
             if name == SYSTEM:
                 env = Environment(name, Path(sys.executable), kernel_environment(base, None))
             else:
-                python = make_venv(name, args.python, args.fresh)
+                if envs and envs[0].name != SYSTEM:
+                    python = derive_venv(name, envs[0].python, args.python, args.fresh)
+                else:
+                    python = make_venv(name, args.python, args.fresh)
                 env = Environment(name, python, kernel_environment(base, python.parent.parent))
             env.versions = versions(env.python)
             if name == "none" and env.versions["transformers"]:
