@@ -8,13 +8,15 @@ edition is printed by the same browser, with the same flags, from the same kind 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import http.server
+import json
 import os
 import shutil
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -166,3 +168,88 @@ def browser():
 def screenshots() -> Path:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS
+
+
+# --- One visit per page, size and theme ------------------------------------------------------------
+#
+# Loading a chapter takes seconds (MathJax typesets every formula before the page is ready), and
+# many tests only look at a loaded page without touching it. They register a probe for a kind of
+# visit; the first test that needs a (kind, page) loads the page once and runs every probe of that
+# kind on it; the results are shared by all tests and all pytest-xdist workers of the session.
+
+VISITS = {
+    "1280": (DESKTOP, "light"),
+    "1280-dark": (DESKTOP, "dark"),
+    "900": (TABLET, "light"),
+    "phone": (PHONE, "light"),
+}
+PROBES: dict[str, dict[str, Callable]] = {kind: {} for kind in VISITS}
+
+
+def probe(*kinds: str) -> Callable:
+    """Register fn(page, page_path) -> JSON-able as a probe of these kinds of visit; it must leave the
+    page as it found it (other probes run on the same page after it)."""
+
+    def register(fn: Callable) -> Callable:
+        for kind in kinds:
+            PROBES[kind][f"{fn.__module__}.{fn.__name__}"] = fn
+        return fn
+
+    return register
+
+
+def run_probes(browser, base_url: str, kind: str, page_path: str) -> dict:
+    viewport, mode = VISITS[kind]
+    found = {}
+    with open_page(browser, base_url, page_path, viewport, mode) as page:
+        for name, fn in sorted(PROBES[kind].items()):
+            try:
+                found[name] = {"value": fn(page, page_path)}
+            except Exception as exc:  # reported by the test that reads this probe
+                found[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return found
+
+
+@pytest.fixture(scope="session")
+def visit(browser, base_url, tmp_path_factory):
+    """visit(kind, page_path, fn) -> what the probe fn found on that page in that kind of visit;
+    visit.many(kind, pages, fn) -> {page: found}, loading first the pages no other worker is on.
+
+    A worker loads a page no other worker is loading (a lock per kind and page) and writes what
+    every probe found to a folder all workers share; then the others read it.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the workers' basetemps are siblings in one run's folder
+    folder = shared / "visits"
+    folder.mkdir(exist_ok=True)
+
+    def load(kind: str, page_path: str, wait: bool) -> dict | None:
+        path = folder / f"{kind}--{page_path.replace('/', '__')}.json"
+        with open(path.with_suffix(".lock"), "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                return None  # another worker is loading it
+            if not path.exists():
+                path.write_text(json.dumps(run_probes(browser, base_url, kind, page_path)))
+            return json.loads(path.read_text())
+
+    def value(found: dict, fn: Callable, kind: str, page_path: str):
+        result = found[f"{fn.__module__}.{fn.__name__}"]
+        if "error" in result:
+            pytest.fail(f"{page_path} ({kind}): {fn.__name__} failed: {result['error']}")
+        return result["value"]
+
+    class Visit:
+        def __call__(self, kind: str, page_path: str, fn: Callable):
+            return value(load(kind, page_path, wait=True), fn, kind, page_path)
+
+        def many(self, kind: str, pages: list[str], fn: Callable) -> dict:
+            found = {page: load(kind, page, wait=False) for page in pages}
+            for page in pages:
+                if found[page] is None:
+                    found[page] = load(kind, page, wait=True)
+            return {page: value(found[page], fn, kind, page) for page in pages}
+
+    return Visit()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from urllib.parse import urljoin
 from urllib.request import urlopen
 
 import nbformat
 import pytest
 
-from conftest import ROOT, SITE
+from conftest import ROOT, SITE, probe
 
 NOTEBOOKS = sorted(p.relative_to(ROOT) for p in (ROOT / "book").glob("*.ipynb"))
 
@@ -33,22 +32,22 @@ def test_every_notebook_is_a_chapter():
     assert not missing, f"notebooks without a page: {missing}"
 
 
+@probe("1280")
+def notebook_downloads(page, page_path: str) -> dict:
+    links = page.evaluate(
+        "Array.from(document.querySelectorAll('.dropdown-download-buttons a'))"
+        ".filter(a => a.getAttribute('href').endsWith('.ipynb')).map(a => new URL(a.href).pathname)"
+    )
+    return {"links": links, "note": page.evaluate("document.querySelector('p.notebook-note')?.innerText ?? ''")}
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_page_offers_the_saved_notebook(notebook, browser, base_url):
-    page_url = urljoin(base_url, str(notebook.with_suffix(".html")))
-    page = browser.new_page()
-    try:
-        page.goto(page_url)
-        page.wait_for_load_state("networkidle")
-        links = page.evaluate(
-            "Array.from(document.querySelectorAll('.dropdown-download-buttons a'))"
-            ".filter(a => a.getAttribute('href').endsWith('.ipynb')).map(a => a.href)"
-        )
-        note = page.evaluate("document.querySelector('p.notebook-note')?.innerText ?? ''")
-    finally:
-        page.close()
+def test_notebook_page_offers_the_saved_notebook(notebook, visit, base_url):
+    # paths, not URLs: the visit may have been made by another worker, with its own server
+    found = visit("1280", str(notebook.with_suffix(".html")), notebook_downloads)
+    links, note = found["links"], found["note"]
     assert len(links) == 1, f"{notebook}: expected one .ipynb download link, found {links}"
-    with urlopen(links[0]) as response:  # the test server on 127.0.0.1
+    with urlopen(base_url + links[0].lstrip("/")) as response:  # the test server on 127.0.0.1
         served = response.read()
     assert served == (ROOT / notebook).read_bytes(), f"{notebook}: the download is not the saved notebook"
     nb = nbformat.reads(served.decode(), as_version=4)

@@ -18,7 +18,7 @@ import re
 import pytest
 import yaml
 
-from conftest import ROOT, open_page, site_pages
+from conftest import ROOT, open_page, probe, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -94,15 +94,14 @@ def test_the_list_of_english_strings_catches_a_planted_one():
     assert english_strings(["다음 페이지", "어둡게"]) == set()
 
 
+@probe("1280")
+def interface_strings(page, page_path: str) -> dict:
+    return page.evaluate(COLLECT)
+
+
 @pytest.mark.parametrize("page_path", PAGES)
-def test_interface_is_korean(page_path, browser, base_url):
-    page = browser.new_page()
-    try:
-        page.goto(base_url + page_path)
-        page.wait_for_load_state("networkidle")
-        found = page.evaluate(COLLECT)
-    finally:
-        page.close()
+def test_interface_is_korean(page_path, visit):
+    found = visit("1280", page_path, interface_strings)
     problems = []
     if english := english_strings(found["names"]):
         problems.append(f"English accessible names: {sorted(english)}")

@@ -13,15 +13,12 @@ Each test collects every fault on every chapter at one width and reports them al
 
 from __future__ import annotations
 
-import fcntl
 import importlib.util
-import json
-import os
 import re
 
 import pytest
 
-from conftest import DESKTOP, PHONE, ROOT, SITE, TABLET, open_page
+from conftest import DESKTOP, PHONE, ROOT, SITE, TABLET, open_page, probe
 
 CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
 WIDTHS = {"1280": DESKTOP, "900": TABLET, "phone": PHONE}
@@ -343,51 +340,24 @@ def test_no_line_starts_with_a_particle_after_a_formula(width, measured):
 # --- One visit per chapter and width --------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def measured(browser, base_url, tmp_path_factory):
-    """measured(width): {chapter: what the tests above look at on it at this width}.
-
-    Each chapter is visited once per width in the whole test session, also when pytest-xdist
-    spreads these tests over several workers: a worker measures the chapters no other worker is
-    measuring (a lock per chapter and width) and writes each result to a folder all workers
-    share; then it reads the rest, waiting for those still being measured.
-    """
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        shared = shared.parent  # the workers' basetemps are siblings in one run's folder
-    folder = shared / "layout-measurements"
-    folder.mkdir(exist_ok=True)
-
-    def one(width: str, chapter: str, wait: bool) -> dict | None:
-        path = folder / f"{width}--{chapter.replace('/', '__')}.json"
-        with open(path.with_suffix(".lock"), "w") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                return None  # another worker is measuring it
-            if not path.exists():
-                path.write_text(json.dumps(measure(browser, base_url, width, chapter)))
-            return json.loads(path.read_text())
-
-    def get(width: str) -> dict[str, dict]:
-        found = {chapter: one(width, chapter, wait=False) for chapter in CHAPTERS}
-        for chapter in CHAPTERS:
-            if found[chapter] is None:
-                found[chapter] = one(width, chapter, wait=True)
-        return found
-
-    return get
-
-
-def measure(browser, base_url: str, width: str, chapter: str) -> dict:
-    """Load one chapter at one width and measure it, on screen and in print."""
-    with open_page(browser, base_url, chapter, WIDTHS[width]) as page:
-        found = {
-            "images": page.evaluate(IMAGE_RATIOS),
-            "breaks": page.evaluate(WORD_BREAKS),
-            "after_math": page.evaluate(AFTER_MATH),
-        }
-        page.emulate_media(media="print")
-        page.wait_for_timeout(100)
-        found["print_images"] = page.evaluate(IMAGE_RATIOS)
+@probe(*WIDTHS)
+def layout(page, page_path: str) -> dict:
+    """What the tests above look at on a chapter, on screen and in print (then back to screen)."""
+    found = {
+        "images": page.evaluate(IMAGE_RATIOS),
+        "breaks": page.evaluate(WORD_BREAKS),
+        "after_math": page.evaluate(AFTER_MATH),
+    }
+    page.emulate_media(media="print")
+    page.wait_for_timeout(100)
+    found["print_images"] = page.evaluate(IMAGE_RATIOS)
+    page.emulate_media(media="screen")
+    page.wait_for_timeout(100)
     return found
+
+
+@pytest.fixture(scope="session")
+def measured(visit):
+    """measured(width): {chapter: what layout() found on it at this width}, each chapter loaded once
+    per width in the whole session (conftest.visit)."""
+    return lambda width: visit.many(width, CHAPTERS, layout)

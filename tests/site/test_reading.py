@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit
 import pytest
 from PIL import Image
 
-from conftest import PHONE, ROOT, SITE, open_page
+from conftest import ROOT, SCREENSHOTS, SITE, open_page, probe
 
 CHAPTERS = sorted(str(p.relative_to(SITE)) for p in (SITE / "book").glob("*.html")) if SITE.is_dir() else []
 FIGURE_PAGE = "book/02_sinusoidal.html"
@@ -98,29 +98,30 @@ def test_search_for_nonsense_finds_nothing_and_says_so_in_korean(browser, base_u
     assert HANGUL.search(summary) and not re.search(r"[A-Za-z]{4,}", summary), summary
 
 
-def test_figures_are_opaque_images_with_korean_descriptions(browser, base_url):
+@probe("1280")
+def figure_descriptions(page, page_path: str) -> list:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('article img'))
+             .filter(i => i.src.includes('/_images/'))
+             .map(i => [i.src.split('/').pop(), i.alt || '',
+                        (i.closest('figure')?.querySelector('figcaption')?.innerText) || ''])"""
+    )
+
+
+def test_figures_are_opaque_images_with_korean_descriptions(visit):
     images = sorted((SITE / "_images").glob("*.png"))
     assert images, "the site has no figures"
     for path in images:
         with Image.open(path) as image:
             if "A" in image.getbands():
                 assert image.getchannel("A").getextrema()[0] == 255, f"{path.name} has transparent pixels"
-    page = browser.new_page()
-    try:
-        for chapter in CHAPTERS:
-            page.goto(base_url + chapter)
-            described = page.evaluate(
-                """() => Array.from(document.querySelectorAll('article img'))
-                     .filter(i => i.src.includes('/_images/'))
-                     .map(i => [i.src, i.alt || '',
-                                (i.closest('figure')?.querySelector('figcaption')?.innerText) || ''])"""
+    described = visit.many("1280", CHAPTERS, figure_descriptions)
+    assert any(described.values()), "no figure found on any chapter"
+    for chapter, figures in described.items():
+        for src, alt, caption in figures:
+            assert HANGUL.search(alt) or HANGUL.search(caption), (
+                f"{chapter}: figure {src} has no Korean alt text or caption"
             )
-            for src, alt, caption in described:
-                assert HANGUL.search(alt) or HANGUL.search(caption), (
-                    f"{chapter}: figure {src} has no Korean alt text or caption"
-                )
-    finally:
-        page.close()
 
 
 @pytest.mark.parametrize("mode", ["light", "dark"])
@@ -139,38 +140,49 @@ def test_figure_page_in_both_themes(mode, browser, base_url, screenshots):
         page.screenshot(path=str(screenshots / f"theme-{mode}.png"), full_page=True)
 
 
+@probe("phone")
+def phone_overflow(page, page_path: str) -> dict:
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    culprits = page.evaluate(
+        """() => { const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) {
+                     const o = getComputedStyle(a).overflowX; if (o !== 'visible') return true; } return false; };
+                   return Array.from(document.querySelectorAll('article *'))
+                     .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !scrolls(e))
+                     .slice(0, 5)
+                     .map(e => e.tagName.toLowerCase() + '.' + e.className + ': ' + e.innerText.slice(0, 40)); }"""
+    )
+    if page_path == "book/04_relative.html":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "phone.png"), full_page=True)
+    return {"overflow": overflow, "culprits": culprits}
+
+
 @pytest.mark.parametrize("page_path", [*CHAPTERS, "search.html"])
-def test_no_horizontal_overflow_on_a_phone(page_path, browser, base_url, screenshots):
-    with open_page(browser, base_url, page_path, PHONE) as page:
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        culprits = page.evaluate(
-            """() => { const scrolls = e => { for (let a = e.parentElement; a; a = a.parentElement) {
-                         const o = getComputedStyle(a).overflowX; if (o !== 'visible') return true; } return false; };
-                       return Array.from(document.querySelectorAll('article *'))
-                         .filter(e => e.getBoundingClientRect().right > window.innerWidth + 1 && !scrolls(e))
-                         .slice(0, 5)
-                         .map(e => e.tagName.toLowerCase() + '.' + e.className + ': ' + e.innerText.slice(0, 40)); }"""
-        )
-        if page_path == "book/04_relative.html":
-            page.screenshot(path=str(screenshots / "phone.png"), full_page=True)
-        assert overflow <= 1, f"{page_path} is {overflow}px wider than a phone screen: {culprits}"
+def test_no_horizontal_overflow_on_a_phone(page_path, visit, screenshots):
+    found = visit("phone", page_path, phone_overflow)
+    overflow, culprits = found["overflow"], found["culprits"]
+    assert overflow <= 1, f"{page_path} is {overflow}px wider than a phone screen: {culprits}"
+
+
+@probe("phone")
+def display_equations(page, page_path: str) -> list[dict]:
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]')).map(c => {
+             const box = c.getBoundingClientRect(), math = c.querySelector('mjx-math').getBoundingClientRect();
+             const number = c.closest('div.math')?.querySelector('span.eqno');
+             const n = number ? number.getBoundingClientRect() : null;
+             const beside = n && n.width > 0 && n.top < box.bottom - 1 && n.bottom > box.top + 1;
+             return {id: c.closest('div.math')?.id || '?', width: math.width, visible: box.width,
+                     scrollWidth: c.scrollWidth, overflow: getComputedStyle(c).overflowX,
+                     inside: box.left >= -1 && box.right <= window.innerWidth + 1, numberBeside: !!beside};
+           })"""
+    )
 
 
 @pytest.mark.parametrize("page_path", [c for c in CHAPTERS if '<div class="math' in (SITE / c).read_text()])
-def test_display_equations_fit_or_scroll_on_a_phone(page_path, browser, base_url):
+def test_display_equations_fit_or_scroll_on_a_phone(page_path, visit):
     """Every display equation fits its box or scrolls inside it; its number sits on its own line."""
-    with open_page(browser, base_url, page_path, PHONE) as page:
-        boxes = page.evaluate(
-            """() => Array.from(document.querySelectorAll('article mjx-container[display="true"]')).map(c => {
-                 const box = c.getBoundingClientRect(), math = c.querySelector('mjx-math').getBoundingClientRect();
-                 const number = c.closest('div.math')?.querySelector('span.eqno');
-                 const n = number ? number.getBoundingClientRect() : null;
-                 const beside = n && n.width > 0 && n.top < box.bottom - 1 && n.bottom > box.top + 1;
-                 return {id: c.closest('div.math')?.id || '?', width: math.width, visible: box.width,
-                         scrollWidth: c.scrollWidth, overflow: getComputedStyle(c).overflowX,
-                         inside: box.left >= -1 && box.right <= window.innerWidth + 1, numberBeside: !!beside};
-               })"""
-        )
+    boxes = visit("phone", page_path, display_equations)
     assert boxes, f"{page_path}: no display equation found"
     problems = []
     for b in boxes:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from conftest import ROOT, guard, open_page, site_pages
+from conftest import ROOT, guard, open_page, probe, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 
@@ -82,22 +82,37 @@ def test_the_404_page_is_korean_and_links_to_pages_that_exist(site):
         assert (site / link.split("/", 2)[2]).is_file(), link
 
 
-@pytest.mark.parametrize("page_path", CHAPTERS)
-def test_the_set_up_cell_is_folded_with_a_korean_summary(page_path, browser, base_url):
-    with open_page(browser, base_url, page_path) as page:
-        folds = page.locator("details.setup-cell")
-        assert folds.count() == 1, f"{page_path}: {folds.count()} folded set-up cells"
+@probe("1280")
+def set_up_fold(page, page_path: str) -> dict:
+    """The folded set-up cells, the first one's summary, state and code, opened and closed again."""
+    folds = page.locator("details.setup-cell")
+    found = {"count": folds.count()}
+    if found["count"]:
         fold = folds.first
-        summary = fold.locator("summary").inner_text()
         code = fold.locator("pre")
-        assert HANGUL.search(summary) and "posenc" in summary
-        assert not fold.evaluate("d => d.open") and not code.is_visible()
-        assert code.text_content().startswith("# Set-up:")  # the whole cell is kept, only folded
+        found |= {
+            "summary": fold.locator("summary").inner_text(),
+            "closed": not fold.evaluate("d => d.open") and not code.is_visible(),
+            "code": code.text_content(),
+        }
         fold.locator("summary").click()
-        assert code.is_visible()
-        # no other cell is folded, and the set-up cell is the first code cell
-        first_code = page.evaluate("document.querySelector('div.cell pre').innerText")
-        assert first_code.startswith("# Set-up:")
+        found["opens"] = code.is_visible()
+    found["first_code"] = page.evaluate("document.querySelector('div.cell pre')?.innerText ?? ''")
+    if found["count"]:
+        folds.first.evaluate("d => { d.open = false; }")  # as it was, for the next probe
+    return found
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS)
+def test_the_set_up_cell_is_folded_with_a_korean_summary(page_path, visit):
+    found = visit("1280", page_path, set_up_fold)
+    assert found["count"] == 1, f"{page_path}: {found['count']} folded set-up cells"
+    assert HANGUL.search(found["summary"]) and "posenc" in found["summary"]
+    assert found["closed"]
+    assert found["code"].startswith("# Set-up:")  # the whole cell is kept, only folded
+    assert found["opens"]
+    # no other cell is folded, and the set-up cell is the first code cell
+    assert found["first_code"].startswith("# Set-up:")
 
 
 @pytest.mark.parametrize("page_path", ["book/intro.html", "book/06_rope.html"])
