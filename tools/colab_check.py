@@ -29,7 +29,10 @@ runs every notebook in every environment.
 
 Notebooks run --jobs at a time (default: one per core, at most 4), each in its own copy of the
 environment's venv (hard links, made once per venv build), since a set-up cell installs posenc
-into the venv it runs in. Each environment's notebooks start slowest first (times of the last run).
+into the venv it runs in. One pool runs them all: the first environment's notebooks slowest first
+(times of the last run), and a notebook's run in a further environment as soon as its first run
+has ended and that environment is ready (further environments are made by a second thread while
+the first environment's notebooks run).
 With more than one notebook at a time, each kernel gets one thread for torch and BLAS
 (OMP_NUM_THREADS=1, unless set by the caller), as make test-notebooks runs nbval: two kernels of
 two threads each on two cores run several times slower than two of one thread.
@@ -65,7 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -328,13 +331,13 @@ PRIVATE = ("mplconfig", "ipython")  # written while a notebook runs: each copy h
 
 
 def venv_copy(python: Path, number: int) -> Path:
-    """A second (third, ...) copy of a venv, to run another notebook at the same time.
+    """Copy number `number` of a venv, to run a notebook in.
 
     The set-up cell installs posenc into the running venv, so two notebooks at once need two
-    venvs. The copy hard-links the venv's files (instant, no disk space; pip replaces files, it
-    does not write into them) except the folders a running kernel writes to, and is made again
-    whenever the venv is rebuilt. Its interpreter runs the copy: a venv is found from pyvenv.cfg
-    beside it.
+    venvs, and the venv itself is kept as built: further environments are made from it. The copy
+    hard-links the venv's files (instant, no disk space; pip replaces files, it does not write into
+    them) except the folders a running kernel writes to, and is made again whenever the venv is
+    rebuilt. Its interpreter runs the copy: a venv is found from pyvenv.cfg beside it.
     """
     root = python.parent.parent
     copy = root.with_name(f"{root.name}-copy{number}")
@@ -582,31 +585,10 @@ def run_notebook(path: Path, env: Environment, kernel_name: str, url: str, head:
     return Result(path.stem, env.name, not problems, seconds, problems, touched)
 
 
-def run_notebooks(paths: list[Path], slots: list[tuple[Environment, str]], url: str, head: str) -> list[Result]:
-    """Run notebooks, as many at once as there are slots (a venv and its kernel each); results in
-    the order of paths, progress printed as each finishes."""
-    free: queue.Queue = queue.Queue()
-    for slot in slots:
-        free.put(slot)
-
-    def one(path: Path) -> Result:
-        env, kernel_name = free.get()
-        try:
-            return run_notebook(path, env, kernel_name, url, head)
-        finally:
-            free.put((env, kernel_name))
-
-    with ThreadPoolExecutor(max_workers=len(slots)) as pool:
-        futures = {pool.submit(one, path): path for path in paths}
-        for future in as_completed(futures):
-            result = future.result()
-            print(
-                f"[{result.env}] {result.notebook:20s} {'pass' if result.ok else 'FAIL'} {result.seconds:6.1f} s",
-                flush=True,
-            )
-            for problem in result.problems:
-                print("    " + problem.replace("\n", "\n    "), flush=True)
-    return [future.result() for future in futures]
+def show(result: Result) -> None:
+    print(f"[{result.env}] {result.notebook:20s} {'pass' if result.ok else 'FAIL'} {result.seconds:6.1f} s", flush=True)
+    for problem in result.problems:
+        print("    " + problem.replace("\n", "\n    "), flush=True)
 
 
 def longest_first(paths: list[Path]) -> list[Path]:
@@ -718,51 +700,93 @@ def main() -> int:
             parser.error(f"no notebook matches {args.notebooks!r}")
         os.environ["JUPYTER_PATH"] = str(work / "jupyter")  # where our kernelspecs are found first
         base = redirect(url, bare)
-        for name in names:
+
+        def prepare(name: str, first: Environment | None) -> tuple[Environment, list, tuple]:
+            """An environment, its slots (a venv copy and its kernel each) and its distributions."""
             if name == SYSTEM:
                 env = Environment(name, Path(sys.executable), kernel_environment(base, None))
             else:
-                if envs and envs[0].name != SYSTEM:
-                    python = derive_venv(name, envs[0].python, args.python, args.fresh)
+                if first is not None and first.name != SYSTEM:
+                    python = derive_venv(name, first.python, args.python, args.fresh)
                 else:
                     python = make_venv(name, args.python, args.fresh)
                 env = Environment(name, python, kernel_environment(base, python.parent.parent))
             env.versions = versions(env.python)
             if name == "none" and env.versions["transformers"]:
                 raise SystemExit("error: transformers got into the 'none' environment")
-            envs.append(env)
-            kernel_name = write_kernelspec(work / "jupyter", name, env.python)
             described = ", ".join(f"{k} {env.versions[k]}" for k in REPORTED if env.versions[k])
             print(f"[{name}] {described}", flush=True)
-            packages = installed(env.python)
-            if not envs[:-1]:
-                first_packages, first_touched = packages, {}
+            if name == SYSTEM:  # Colab's own Python cannot be copied: one notebook at a time there
+                slots = [(env, write_kernelspec(work / "jupyter", name, env.python))]
             else:
-                differ[name] = differing(first_packages, packages)
-                print(f"[{name}] differs from {envs[0].name} in {len(differ[name])} names", flush=True)
-            todo = [
-                path
-                for path in notebooks
-                if not envs[:-1] or args.every_env or can_differ(first_touched.get(path.stem), differ[name])
-            ]  # beyond the first environment: only where a notebook's result can differ
-            slots = [(env, kernel_name)]
-            if name != SYSTEM:  # Colab's own Python cannot be copied: one notebook at a time there
-                for number in range(2, min(args.jobs, len(todo)) + 1):
+                # Notebooks run in copies only, so that the venv itself stays as built (further
+                # environments are made from it while notebooks run).
+                slots = []
+                for number in range(1, args.jobs + 1):
                     copy = venv_copy(env.python, number)
                     twin = Environment(name, copy, kernel_environment(base, copy.parent.parent), env.versions)
                     slots.append((twin, write_kernelspec(work / "jupyter", f"{name}-{number}", copy)))
             if len(slots) > 1:
                 for slot, _ in slots:
                     one_thread(slot.kernel_env)
-            ran = run_notebooks(longest_first(todo), slots, url, head)
-            ran.sort(key=lambda r: r.notebook)
-            if not envs[:-1]:
-                first_touched = {r.notebook: r.touched if r.ok else None for r in ran}
-                last = json.loads(TIMES.read_text()) if TIMES.is_file() else {}
-                TIMES.write_text(json.dumps(last | {r.notebook: round(r.seconds, 1) for r in ran}, indent=1) + "\n")
-            results += ran
-            for slot, _ in slots:
-                uninstall_posenc(slot.python)  # leave the Pythons as they were found
+            return env, slots, installed(env.python)
+
+        first, first_slots, first_packages = prepare(names[0], None)
+        envs.append(first)
+        free: dict[str, queue.Queue] = {}
+
+        def add_slots(name: str, slots: list) -> None:
+            free[name] = queue.Queue()
+            for slot in slots:
+                free[name].put(slot)
+
+        def one(path: Path, name: str) -> Result:
+            slot, kernel_name = free[name].get()
+            try:
+                return run_notebook(path, slot, kernel_name, url, head)
+            finally:
+                free[name].put((slot, kernel_name))
+
+        add_slots(first.name, first_slots)
+        all_slots = list(first_slots)
+        first_touched: dict[str, frozenset | None] = {}
+        decided: set[tuple[str, str]] = set()
+        # One pool runs every notebook, the first environment's slowest first; a notebook's run in a
+        # further environment joins the queue as soon as both its first run and that environment
+        # (made meanwhile, one after another, by a second thread) are ready.
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool, ThreadPoolExecutor(max_workers=1) as builder:
+            pending = {pool.submit(one, path, first.name) for path in longest_first(notebooks)}
+            later = {builder.submit(prepare, name, first): name for name in names[1:]}
+            pending |= set(later)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if future in later:
+                        env, slots, packages = future.result()
+                        envs.append(env)
+                        add_slots(env.name, slots)
+                        all_slots += slots
+                        differ[env.name] = differing(first_packages, packages)
+                        print(f"[{env.name}] differs from {first.name} in {len(differ[env.name])} names", flush=True)
+                        continue
+                    result = future.result()
+                    show(result)
+                    results.append(result)
+                    if result.env == first.name:
+                        first_touched[result.notebook] = result.touched if result.ok else None
+                for name in differ:  # beyond the first environment: only where a result can differ
+                    for path in notebooks:
+                        if path.stem in first_touched and (path.stem, name) not in decided:
+                            decided.add((path.stem, name))
+                            if args.every_env or can_differ(first_touched[path.stem], differ[name]):
+                                pending.add(pool.submit(one, path, name))
+        envs.sort(key=lambda e: names.index(e.name))
+        results.sort(key=lambda r: (names.index(r.env), r.notebook))
+        last = json.loads(TIMES.read_text()) if TIMES.is_file() else {}
+        first_seconds = {r.notebook: round(r.seconds, 1) for r in results if r.env == first.name}
+        TIMES.write_text(json.dumps(last | first_seconds, indent=1) + "\n")
+        for slot, _ in all_slots:
+            uninstall_posenc(slot.python)  # leave the Pythons as they were found
     text = report(results, envs, head, time.perf_counter() - start, differ)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
