@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc import EXTENSION_METHODS, TinyTransformer, extension_settings, with_rope_scaling
+from posenc import EXTENSION_METHODS, TinyTransformer, extension_settings, records, with_rope_scaling
 from posenc.tasks import accuracy_per_position, marker_recall_batch
 
 HERE = Path(__file__).resolve().parent
@@ -122,13 +122,6 @@ def extended(config: dict, model: TinyTransformer, method: str, alpha: float) ->
     return with_rope_scaling(model, scaling, base=base)
 
 
-def rounded(model: TinyTransformer) -> TinyTransformer:
-    """``model`` with its weights rounded to float16 and back (in place): what a checkpoint holds."""
-    state = model.state_dict()
-    model.load_state_dict({name: tensor.to(torch.float16).float() for name, tensor in state.items()})
-    return model
-
-
 def sampled(config: dict, alpha: int) -> list[int]:
     """The positions beyond ``L_0`` where dynamic NTK is read: every ``2 alpha``-th from ``L_0 - 1 + 2 alpha``."""
     L0 = config["train_len"]
@@ -193,17 +186,11 @@ def fine_tune(config: dict, base: TinyTransformer, method: str, seed: int, lab) 
         min_len=length,
         max_len=length,
     )
-    return rounded(model).eval(), float(losses[-50:].mean())
+    return records.round_to_checkpoint(model).eval(), float(losses[-50:].mean())
 
 
 def checkpoint_name(stage: str, method: str, seed: int) -> str:
     return f"base-seed{seed}.pt" if stage == "base" else f"fine_tuned-{method.replace(' ', '_')}-seed{seed}.pt"
-
-
-def save_checkpoint(model: TinyTransformer, path: Path) -> None:
-    state = {name: tensor.to(torch.float16) for name, tensor in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
 
 
 def load_checkpoint(config: dict, path: Path, method: str | None = None) -> TinyTransformer:
@@ -211,9 +198,7 @@ def load_checkpoint(config: dict, path: Path, method: str | None = None) -> Tiny
     model = make_model(config, 0)
     if method is not None:
         model = extended(config, model, method, config["fine_tune"]["factor"])
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
-    return model.eval()
+    return records.load_checkpoint(model, path)
 
 
 def rows_of(stage: str, method: str, alpha: int, seed: int, accuracy: torch.Tensor) -> list[dict]:
@@ -235,7 +220,7 @@ def record(config: dict, out: Path) -> None:
 
     def save(stage: str, method: str, seed: int, model: TinyTransformer) -> None:
         path = out / "checkpoints" / checkpoint_name(stage, method, seed)
-        save_checkpoint(model, path)
+        records.save_checkpoint(model, path)
         checkpoints[f"{stage}/{method}/{seed}"] = {"path": str(path.relative_to(out)), "bytes": path.stat().st_size}
 
     bases = {}
@@ -243,7 +228,7 @@ def record(config: dict, out: Path) -> None:
         tick = time.perf_counter()
         model = make_model(config, seed)
         loss = lab.train_on_task(model, config, "marker_recall", seed)
-        bases[seed] = rounded(model).eval()
+        bases[seed] = records.round_to_checkpoint(model).eval()
         trained = time.perf_counter() - tick
         for alpha in config["factors"]:
             for method in config["methods"]:

@@ -56,7 +56,7 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc import POSITION_SCHEMES, TinyTransformer
+from posenc import POSITION_SCHEMES, TinyTransformer, records
 from posenc.tasks import accuracy_per_position, passkey_accuracy, train
 
 # the seven schemes of the lab (posenc also registers iRoPE, chapter 8's variant)
@@ -204,18 +204,9 @@ def checkpoint_path(task: str, scheme: str, seed: int, out: Path = OUT) -> Path:
     return out / "checkpoints" / f"{task}-{scheme}-seed{seed}.pt"
 
 
-def save_checkpoint(model: TinyTransformer, path: Path) -> None:
-    state = {name: tensor.to(torch.float16) for name, tensor in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
-
-
 def load_checkpoint(config: dict, task: str, scheme: str, seed: int, out: Path = OUT) -> TinyTransformer:
     """A seed's saved model, in float32 and eval mode (its weights are the float16 ones saved)."""
-    model = make_model(config, scheme, seed)
-    state = torch.load(checkpoint_path(task, scheme, seed, out), map_location="cpu", weights_only=True)
-    model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
-    return model.eval()
+    return records.load_checkpoint(make_model(config, scheme, seed), checkpoint_path(task, scheme, seed, out))
 
 
 def git_commit() -> str:
@@ -259,7 +250,7 @@ def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
         timings[key] = {"train_s": round(trained, 2), "eval_s": round(time.perf_counter() - tick - trained, 2)}
         if seed in config["checkpoint_seeds"]:
             path = checkpoint_path(task, scheme, seed, out)
-            save_checkpoint(model, path)
+            records.save_checkpoint(model, path)
             reloaded = evaluate(config, load_checkpoint(config, task, scheme, seed, out), scheme, task)
             checkpoints[key] = {
                 "path": str(path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path),

@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 import posenc
-from posenc import TinyTransformer, extension_settings, with_rope_scaling
+from posenc import TinyTransformer, extension_settings, records, with_rope_scaling
 from posenc.corpus import VOCAB_SIZE, loss_per_position
 from posenc.learned import LearnedPositionalEmbedding
 
@@ -129,13 +129,6 @@ def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
     )
 
 
-def rounded(model: TinyTransformer) -> TinyTransformer:
-    """``model`` with its weights rounded to float16 and back (in place): what a checkpoint holds."""
-    state = model.state_dict()
-    model.load_state_dict({name: tensor.to(torch.float16).float() for name, tensor in state.items()})
-    return model
-
-
 @torch.no_grad()
 def extend_learned(config: dict, model: TinyTransformer, rows: int, seed: int) -> TinyTransformer:
     """A copy of a learned-table ``model`` whose table has ``rows`` rows: its trained ones, then
@@ -196,7 +189,7 @@ def fine_tune(config: dict, base: TinyTransformer, method: str, seed: int, lab) 
         model, config, "text", ft["seed_offset"] + seed,
         steps=ft["steps"], batch=ft["batch"], lr=ft["lr"], min_len=length, max_len=length,
     )  # fmt: skip
-    return rounded(model).eval(), float(losses[-20:].mean())
+    return records.round_to_checkpoint(model).eval(), float(losses[-20:].mean())
 
 
 def checkpoint_name(stage: str, scheme: str, method: str, seed: int) -> str:
@@ -205,20 +198,12 @@ def checkpoint_name(stage: str, scheme: str, method: str, seed: int) -> str:
     return f"fine_tuned-{method.replace(' ', '_')}-seed{seed}.pt"
 
 
-def save_checkpoint(model: TinyTransformer, path: Path) -> None:
-    state = {name: tensor.to(torch.float16) for name, tensor in model.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
-
-
 def load_checkpoint(config: dict, path: Path, scheme: str, method: str | None = None) -> TinyTransformer:
     """A saved model in float32 and eval mode; ``method``: a RoPE fine-tune, extended as it was tuned."""
     model = make_model(config, scheme, 0)
     if method is not None:
         model = scaled(config, model, method, config["fine_tune"]["factor"])
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    model.load_state_dict({name: tensor.float() for name, tensor in state.items()})
-    return model.eval()
+    return records.load_checkpoint(model, path)
 
 
 def evaluate_base(config: dict, model: TinyTransformer, scheme: str, seed: int) -> tuple[list, list]:
@@ -252,7 +237,7 @@ def run_unit(config: dict, scheme: str, seed: int, out: str) -> dict:
     tick = time.perf_counter()
     model = make_model(config, scheme, seed)
     losses = lab.train_on_task(model, config, "text", seed)
-    model = rounded(model).eval()
+    model = records.round_to_checkpoint(model).eval()
     trained = time.perf_counter() - tick
     results, bands = evaluate_base(config, model, scheme, seed)
     meta = {"final_loss": {f"base/{scheme}/{seed}": round(float(losses[-50:].mean()), 6)}, "checkpoints": {}}
@@ -265,7 +250,7 @@ def run_unit(config: dict, scheme: str, seed: int, out: str) -> dict:
 
     def save(stage: str, method: str, saved: TinyTransformer) -> None:
         path = out / "checkpoints" / checkpoint_name(stage, scheme, method, seed)
-        save_checkpoint(saved, path)
+        records.save_checkpoint(saved, path)
         meta["checkpoints"][f"{stage}/{scheme}/{method}/{seed}"] = {
             "path": str(path.relative_to(out)),
             "bytes": path.stat().st_size,

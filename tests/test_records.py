@@ -6,8 +6,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import posenc
+from posenc import records
 from posenc.records import find_record, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +23,7 @@ def make_record(root: Path, name: str) -> Path:
 
 
 def test_the_repositorys_own_records_are_found_from_the_book_folder():
-    for name in ("lab", "extension"):
+    for name in ("lab", "extension", "real_text"):
         assert find_record(name, start=ROOT / "book") == ROOT / "experiments" / name
 
 
@@ -118,3 +120,52 @@ def test_bad_arguments_raise_naming_the_argument(kwargs, error, match):
 
 def test_records_is_a_public_module_of_posenc():
     assert posenc.records.find_record is find_record
+
+
+# --- Checkpoints -----------------------------------------------------------------------------------
+
+
+class _WithCounter(torch.nn.Module):
+    """A float layer and an integer buffer: the buffer must survive a checkpoint unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(5, 3)
+        self.register_buffer("steps", torch.tensor([70000, 3], dtype=torch.int64))
+
+
+def test_a_checkpoint_holds_float16_and_loads_as_round_to_checkpoint_predicts(tmp_path):
+    torch.manual_seed(0)
+    model = _WithCounter()
+    with torch.no_grad():
+        model.linear.weight.mul_(1 + 1e-3 * torch.pi)  # values float16 cannot hold exactly
+    path = tmp_path / "sub" / "model.pt"
+    records.save_checkpoint(model, path)
+    state = torch.load(path, weights_only=True)
+    assert state["linear.weight"].dtype == torch.float16
+    assert state["steps"].dtype == torch.int64 and state["steps"].tolist() == [70000, 3]
+    loaded = records.load_checkpoint(_WithCounter(), path)
+    assert not loaded.training and loaded.linear.weight.dtype == torch.float32
+    rounded = records.round_to_checkpoint(model)
+    assert rounded is model
+    for name, tensor in rounded.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], tensor), name
+    # rounding really changed the weights (else the test above would prove nothing)
+    torch.manual_seed(0)
+    original = _WithCounter()
+    with torch.no_grad():
+        original.linear.weight.mul_(1 + 1e-3 * torch.pi)
+    assert not torch.equal(original.linear.weight, rounded.linear.weight)
+    torch.testing.assert_close(original.linear.weight, rounded.linear.weight, rtol=1e-3, atol=0)
+
+
+def test_checkpoint_helpers_name_a_bad_argument(tmp_path):
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
+        records.save_checkpoint({"w": torch.zeros(1)}, tmp_path / "x.pt")
+    with pytest.raises(TypeError, match=r"path must be a str or os\.PathLike"):
+        records.save_checkpoint(torch.nn.Linear(2, 2), 3)
+    with pytest.raises(TypeError, match=r"model must be a torch\.nn\.Module"):
+        records.round_to_checkpoint("model")
+    records.save_checkpoint(torch.nn.Linear(2, 2), tmp_path / "x.pt")
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        records.load_checkpoint(torch.nn.Linear(3, 2), tmp_path / "x.pt")

@@ -1,7 +1,8 @@
 """Where a notebook finds a recorded experiment of the book's repository (``experiments/<name>/``).
 
-Book: the lab (``book/09_lab.ipynb``, ``experiments/lab/``) and the context-extension chapter
-(``book/10_extension.ipynb``, ``experiments/extension/``). The training of those chapters runs once,
+Book: the lab (``book/09_lab.ipynb``, ``experiments/lab/``), the context-extension chapter
+(``book/10_extension.ipynb``, ``experiments/extension/``) and the real-text chapter
+(``book/13_real_text.ipynb``, ``experiments/real_text/``). The training of those chapters runs once,
 in a script under ``experiments/`` that writes a record (``record.json``, a CSV, small checkpoints);
 the notebook reads the record and re-evaluates its checkpoints. :func:`find_record` finds it:
 
@@ -11,6 +12,9 @@ the notebook reads the record and re-evaluates its checkpoints. :func:`find_reco
    git URL the set-up cell installed ``posenc`` from, ``git+`` prefix and ``#subdirectory`` allowed)
    into ``<tempdir>/posenc-book``, of ``experiments/`` only; a clone already there is reused if it
    holds the record, else a fresh one is made beside it (``<tempdir>/posenc-book-XXXX``).
+
+The scripts and notebooks save and load the records' checkpoints with :func:`save_checkpoint`,
+:func:`load_checkpoint` and :func:`round_to_checkpoint` (float16 state dicts).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+
+import torch
 
 RECORD_FILE = "record.json"
 CLONE_FOLDER = "posenc-book"
@@ -85,3 +91,61 @@ def find_record(name: str, *, start: str | os.PathLike | None = None, repository
     if found := _record_in(clone, name):
         return found
     raise FileNotFoundError(f"experiments/{name}/{RECORD_FILE} not found in the clone of {repository} at {clone}")
+
+
+# --- Checkpoints ----------------------------------------------------------------------------------
+#
+# A record's checkpoints are float16 state dicts (half the bytes of float32, small enough for git).
+# The scripts round every model to float16 before they evaluate it, so that a checkpoint reproduces
+# the record's numbers exactly: round_to_checkpoint(model) gives the same weights as
+# load_checkpoint(model, path) after save_checkpoint(model, path).
+
+CHECKPOINT_DTYPE = torch.float16
+
+
+def _check_module(model: object) -> torch.nn.Module:
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def _check_path(path: object) -> Path:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+    return Path(path)
+
+
+def checkpoint_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``model``'s state dict as a checkpoint holds it: floating-point tensors in float16, others as they are."""
+    state = _check_module(model).state_dict()
+    return {name: t.to(CHECKPOINT_DTYPE) if t.is_floating_point() else t for name, t in state.items()}
+
+
+def save_checkpoint(model: torch.nn.Module, path: str | os.PathLike) -> None:
+    """Write ``model``'s :func:`checkpoint_state` to ``path`` (its folder is made if missing)."""
+    path = _check_path(path)
+    state = checkpoint_state(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(state, path)
+
+
+def _load_state(model: torch.nn.Module, state: dict[str, torch.Tensor]) -> torch.nn.Module:
+    own = model.state_dict()
+    model.load_state_dict({name: t.to(own[name].dtype) if name in own else t for name, t in state.items()})
+    return model
+
+
+def load_checkpoint(model: torch.nn.Module, path: str | os.PathLike) -> torch.nn.Module:
+    """``model`` (built with the checkpoint's architecture) with the weights saved at ``path``, each in
+    the model's own dtype, in eval mode; returns ``model``. Missing or unexpected keys raise, as
+    ``load_state_dict`` does."""
+    model, path = _check_module(model), _check_path(path)
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    return _load_state(model, state).eval()
+
+
+@torch.no_grad()
+def round_to_checkpoint(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` with its floating-point weights rounded to float16 and back, in place: the weights
+    :func:`load_checkpoint` would give after :func:`save_checkpoint`. Returns ``model``."""
+    return _load_state(model, checkpoint_state(model))
