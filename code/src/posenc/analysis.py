@@ -1,8 +1,8 @@
 r"""Reading a trained RoPE head: which pairs carry its logit, and where they repeat themselves.
 
 Book: the lab (``book/09_lab.ipynb``), the RoPE failure past ``L_0``. Write pair ``i`` of a query
-and a key as complex numbers, :math:`z_{q,i} = q_a + \mathrm{i}\, q_b` and
-:math:`z_{k,i} = k_a + \mathrm{i}\, k_b` (``(a, b)`` the pair's two features: ``(i, i + d/2)`` for
+and a key as complex numbers, :math:`\hat q_i = q_a + \mathrm{i}\, q_b` and
+:math:`\hat k_i = k_a + \mathrm{i}\, k_b` (``(a, b)`` the pair's two features: ``(i, i + d/2)`` for
 ``pairing="half"``, ``(2i, 2i + 1)`` for ``"interleaved"``, as in :mod:`posenc.rope`). RoPE turns
 pair ``i`` at position ``m`` by :math:`e^{\mathrm{i} m \theta_i}`, so the logit of query ``m`` and
 key ``n`` is a sum over pairs
@@ -10,7 +10,8 @@ key ``n`` is a sum over pairs
 .. math::
 
     \langle R_m q, R_n k \rangle = \sum_i c_i(r), \qquad
-    c_i(r) = \operatorname{Re}\!\big(\overline{z_{q,i}}\, z_{k,i}\, e^{\mathrm{i} r \theta_i}\big),
+    c_i(r) = \operatorname{Re}\!\big(\chi_i\, e^{-\mathrm{i} r \theta_i}\big), \qquad
+    \chi_i = \hat q_i\, \overline{\hat k_i},
     \qquad r = n - m
 
 (key position minus query position, T5's sign, as everywhere in posenc: a key ``t`` places back has
@@ -44,7 +45,10 @@ _PAIRINGS = ("half", "interleaved")  # posenc.rope.PAIRINGS: the same two conven
 
 
 def _pairs(x: Tensor, pairing: str) -> Tensor:
-    """The complex numbers ``z_i = x_a + i x_b`` of the pairs of ``x``. Shapes: ``(..., d)`` -> ``(..., p)``."""
+    """The pairs of ``x`` as complex numbers ``x_a + i x_b`` (the book's hat-q, hat-k).
+
+    Shapes: ``(..., d)`` -> ``(..., p)``.
+    """
     if pairing == "half":
         a, b = x.chunk(2, dim=-1)  # (..., p) each: features i and i + d/2
     else:
@@ -61,8 +65,9 @@ def rope_pair_logits(
     pairing: str = "half",
     attention_scale: float = 1.0,
 ) -> Tensor:
-    r"""Per-pair contributions :math:`c_i(r) = \operatorname{Re}(\overline{z_{q,i}} z_{k,i} e^{\mathrm{i} r \theta_i})`.
+    r"""Per-pair contributions :math:`c_i(r) = \operatorname{Re}(\chi_i e^{-\mathrm{i} r \theta_i})` of a RoPE logit.
 
+    :math:`\chi_i = \hat q_i \overline{\hat k_i}` (the module docstring).
     ``q`` and ``k`` are an unrotated query and key (after the projection, before RoPE); ``distance``
     is ``r = n - m``, key position minus query position (negative for a key before the query), an
     int or an integer tensor that broadcasts against the leading dimensions. ``inv_freq`` holds the

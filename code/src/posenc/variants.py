@@ -22,9 +22,11 @@ Book: the chapter on today's variants (``book/08_variants.ipynb``).
   it is the registered scheme ``TinyTransformer(..., position="irope")`` (:class:`InterleavedRoPE`,
   defined with :func:`irope_layers` in :mod:`posenc.models`).
 * **CoPE** (Golovneva et al., "Contextual Position Encoding", arXiv:2405.18719): a gate
-  :math:`g_{mt} = \sigma(e_{mt})` per query and key, the contextual position of key ``n`` seen from query
-  ``m`` is :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}`, and the logit gains :math:`q_m^\top u[\nu_{mn}]`,
-  with a learned table ``u`` (``pos_emb``) read between integer rows by linear interpolation.
+  :math:`g_{mt} = \sigma(q_m^\top k_t/\sqrt{d})` per query and key (the content part of the logit only),
+  the contextual position of key ``n`` seen from query ``m`` is :math:`\nu_{mn} = \sum_{t=n}^{m} g_{mt}`,
+  and the logit gains the position term :math:`\xi_m(\nu_{mn})`: :math:`q_m^\top u_j` of the learned
+  rows :math:`u_j` (``pos_emb``), read between integer rows ``j`` by linear interpolation. (The book
+  keeps :math:`z_m` for the attention output.)
 * **FIRE** (Li et al., "Functional Interpolation for Relative Positions Improves Long Context
   Transformers", arXiv:2310.04418): a logit bias from a small MLP of the normalised distance,
 
@@ -220,20 +222,21 @@ def _cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
     keep = _causal_keep(s_q, s_k, q.device)  # (s_q, s_k)
     content = (q @ k.transpose(-1, -2)) / math.sqrt(d)  # (b, h, s_q, s_k)
     p = _cope_positions(torch.sigmoid(content) * keep).clamp(max=pos_emb.shape[0] - 1)  # (b, h, s_q, s_k)
-    z = q @ pos_emb.T  # (b, h, s_q, P): q_m . u_j
+    rows = q @ pos_emb.T  # (b, h, s_q, P): q_m . u_j, the position term at integer j
     lower, upper = p.floor().long(), p.ceil().long()
     w = p - lower  # (b, h, s_q, s_k)
-    position = z.gather(-1, upper) * w + z.gather(-1, lower) * (1 - w)  # (b, h, s_q, s_k)
+    position = rows.gather(-1, upper) * w + rows.gather(-1, lower) * (1 - w)  # (b, h, s_q, s_k): xi_m(nu)
     return (content + position).masked_fill(~keep, float("-inf"))
 
 
 def cope_logits(q: Tensor, k: Tensor, pos_emb: Tensor) -> Tensor:
-    r"""CoPE's logits: :math:`e_{mn} = q_m^\top k_n/\sqrt{d} + z_m(\nu_{mn})`, ``-inf`` after the query.
+    r"""CoPE's logits: :math:`e_{mn} = q_m^\top k_n/\sqrt{d} + \xi_m(\nu_{mn})`, ``-inf`` after the query.
 
     As in the paper's code: the gates are :math:`\sigma` of the scaled content logits, the positions
-    are clipped to ``P - 1``, :math:`z_m[j] = q_m^\top u_j` (not scaled), read between integer rows
-    by linear interpolation, :math:`z_m(\nu) = (\nu - \lfloor \nu \rfloor) z_m[\lceil \nu \rceil]
-    + (1 - \nu + \lfloor \nu \rfloor) z_m[\lfloor \nu \rfloor]`.
+    are clipped to ``P - 1``, and the position term :math:`q_m^\top u_j` (not scaled) is read between
+    integer rows by linear interpolation, :math:`\xi_m(\nu) = (\nu - \lfloor \nu \rfloor)\, q_m^\top
+    u_{\lceil \nu \rceil} + (1 - \nu + \lfloor \nu \rfloor)\, q_m^\top u_{\lfloor \nu \rfloor}`
+    (``book/08_variants.ipynb``; the book keeps :math:`z_m` for the attention output).
 
     Precision: as :func:`posenc.scaled_dot_product_attention`, everything is computed in
     ``promote_types(q.dtype, float32)`` and the logits are returned in ``q``'s dtype; ``q`` and
