@@ -13,12 +13,13 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import pytest
 
@@ -90,17 +91,35 @@ TABLET = {"width": 900, "height": 900}
 PHONE = {"width": 390, "height": 844}
 
 
+# A page that only sends the reader on (the site's root): its target.
+REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
+
+
 @contextlib.contextmanager
-def open_page(browser, base_url: str, path: str, viewport: dict = DESKTOP, mode: str = "light"):
-    """A page of the site in a fresh browser context of this size and theme, loaded and with its
-    formulas typeset (the one way the browser tests open a page to look at it)."""
+def open_page(
+    browser,
+    base_url: str,
+    path: str,
+    viewport: dict = DESKTOP,
+    mode: str = "light",
+    before_load: Callable | None = None,
+):
+    """A page of the site in a fresh browser context of this size and theme, loaded (a redirect page:
+    where it leads) and with its formulas typeset (the one way the browser tests open a page to
+    look at it). ``before_load(page)`` runs before the page is requested (to install a guard)."""
     context = browser.new_context(viewport=viewport)
     context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
     page = context.new_page()
     try:
+        if before_load is not None:
+            before_load(page)
         page.goto(base_url + path)
+        redirect = REDIRECT.search((SITE / path).read_text(errors="replace")) if (SITE / path).is_file() else None
+        if redirect:
+            page.wait_for_url(urljoin(base_url + path, redirect.group(1)), wait_until="load")
         page.wait_for_load_state("networkidle")
         if page.evaluate("document.querySelectorAll('.math').length"):
+            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
             page.evaluate("MathJax.startup.promise")
         yield page
     finally:
@@ -186,28 +205,62 @@ VISITS = {
 PROBES: dict[str, dict[str, Callable]] = {kind: {} for kind in VISITS}
 
 
-def probe(*kinds: str) -> Callable:
+LAST: set[str] = set()  # probes that run after the guard's record is taken
+
+
+def probe(*kinds: str, last: bool = False) -> Callable:
     """Register fn(page, page_path) -> JSON-able as a probe of these kinds of visit; it must leave the
-    page as it found it (other probes run on the same page after it)."""
+    page as it found it (other probes run on the same page after it). A probe with ``last=True``
+    runs after the others and after the guard's record of the visit is taken: for a tool whose own
+    requests are not the page's (axe-core fetches the style sheets again, and resolves their
+    @import against the site's root)."""
 
     def register(fn: Callable) -> Callable:
+        name = f"{fn.__module__}.{fn.__name__}"
         for kind in kinds:
-            PROBES[kind][f"{fn.__module__}.{fn.__name__}"] = fn
+            PROBES[kind][name] = fn
+        if last:
+            LAST.add(name)
         return fn
 
     return register
 
 
 def run_probes(browser, base_url: str, kind: str, page_path: str) -> dict:
+    """Load the page once and run every probe of this kind on it. Every visit is guarded: what the
+    page did wrong while it loaded and ran (guard()) and the requests that failed (with the address
+    the page was at then, paths relative to the site) are kept under GUARDED."""
     viewport, mode = VISITS[kind]
+    guarded: dict[str, list] = {"problems": [], "failed": []}
+
+    def before_load(page) -> None:
+        guarded["problems"] = guard(page)  # filled while the page runs
+
+        def request_failed(req) -> None:
+            at = relative(page.url, base_url)
+            guarded["failed"].append({"url": relative(req.url, base_url), "failure": req.failure, "at": at})
+
+        page.on("requestfailed", request_failed)
+
     found = {}
-    with open_page(browser, base_url, page_path, viewport, mode) as page:
-        for name, fn in sorted(PROBES[kind].items()):
+    with open_page(browser, base_url, page_path, viewport, mode, before_load=before_load) as page:
+        for name, fn in sorted(PROBES[kind].items(), key=lambda item: (item[0] in LAST, item[0])):
+            if name in LAST and GUARDED not in found:
+                found[GUARDED] = {"value": {"problems": list(guarded["problems"]), "failed": list(guarded["failed"])}}
             try:
                 found[name] = {"value": fn(page, page_path)}
             except Exception as exc:  # reported by the test that reads this probe
                 found[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    found.setdefault(GUARDED, {"value": {"problems": list(guarded["problems"]), "failed": guarded["failed"]}})
     return found
+
+
+GUARDED = "conftest.guarded"
+
+
+def relative(url: str, base_url: str) -> str:
+    """A URL of the test server as a path of the site (workers serve the site at different ports)."""
+    return "/" + url.removeprefix(base_url) if url.startswith(base_url) else url
 
 
 @pytest.fixture(scope="session")
@@ -244,6 +297,10 @@ def visit(browser, base_url, tmp_path_factory):
     class Visit:
         def __call__(self, kind: str, page_path: str, fn: Callable):
             return value(load(kind, page_path, wait=True), fn, kind, page_path)
+
+        def guarded(self, kind: str, page_path: str) -> dict:
+            """What the guard saw during the visit: {"problems": [...], "failed": [requests]}."""
+            return load(kind, page_path, wait=True)[GUARDED]["value"]
 
         def many(self, kind: str, pages: list[str], fn: Callable) -> dict:
             found = {page: load(kind, page, wait=False) for page in pages}

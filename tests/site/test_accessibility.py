@@ -77,7 +77,7 @@ def axe_script() -> str:
     return Axe().axe_script
 
 
-@probe("1280", "1280-dark")
+@probe("1280", "1280-dark", last=True)
 def axe_violations(page, page_path: str) -> dict:
     """The theme the page is in, and axe's violations on it: every rule on the whole page but
     color-contrast, which runs on one element of each kind of text (see the module's docstring)."""

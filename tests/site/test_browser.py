@@ -18,7 +18,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
-from conftest import ROOT, guard, site_pages
+from conftest import REDIRECT, ROOT, SCREENSHOTS, probe, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -27,7 +27,6 @@ NOTEBOOK_PAGES = {
     for p in (ROOT / "book").rglob("*.ipynb")
     if ".ipynb_checkpoints" not in p.parts
 }
-REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
 RAW_TEX = re.compile(r"\$\$|\\\(|\\\)|\\\[|\\\]|\\begin\{|\$[A-Za-z\\{]")
 
 
@@ -55,92 +54,104 @@ def test_the_site_has_the_expected_pages(site):
         assert page in PAGES, f"{page} was not built"
 
 
+@probe("1280")
+def what_a_reader_sees(page, page_path: str) -> dict:
+    """On the loaded page (formulas typeset): its language, formulas, raw TeX, images, links and
+    Colab links; and a full-page screenshot. Addresses of the site as paths (workers differ in port)."""
+    found = {"lang": page.evaluate("document.documentElement.lang")}
+    found["n_math"] = page.evaluate("document.querySelectorAll('.math').length")
+    found["n_rendered"] = page.evaluate("document.querySelectorAll('mjx-container').length")
+    found["n_errors"] = page.evaluate("document.querySelectorAll('mjx-merror').length")
+    found["prose"] = page.evaluate(
+        """() => { const body = document.querySelector('main') || document.body;
+                   const copy = body.cloneNode(true);
+                   copy.querySelectorAll('pre, code, mjx-container, script, style').forEach(e => e.remove());
+                   return copy.innerText; }"""
+    )
+    # Images: force lazy ones to load, then every image must have decoded pixels.
+    page.evaluate(
+        """() => Promise.all(Array.from(document.images).map(img => {
+               img.loading = 'eager'; return img.decode().catch(() => null); }))"""
+    )
+    found["not_loaded"] = page.evaluate(
+        "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+    )
+    found["links"] = page.evaluate(
+        """() => Array.from(document.querySelectorAll('a[href]')).map(a => a.href)
+                 .filter(h => h.startsWith(location.origin + '/'))
+                 .map(h => h.slice(location.origin.length))"""
+    )
+    found["colab"] = page.evaluate(
+        "Array.from(document.querySelectorAll('a[href^=\"https://colab.research.google.com\"]')).map(a => a.href)"
+    )
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(
+        path=str(SCREENSHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True
+    )
+    return found
+
+
 @pytest.mark.parametrize("page_path", PAGES)
-def test_page(page_path, site, base_url, browser, screenshots):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    problems = guard(page)
+def test_page(page_path, site, visit):
+    found = visit("1280", page_path, what_a_reader_sees)
+    guarded = visit.guarded("1280", page_path)
+    problems = list(guarded["problems"])
     # Stricter than the guard: a request that fails without an HTTP status (a refused connection,
     # an aborted load) also fails the page. One exception: a redirect page (the site's root) is
     # left at once, and leaving it aborts what it was still loading (its icon); such a request
-    # passes if what it asked for exists in the site.
-    redirect = REDIRECT.search((site / page_path).read_text(errors="replace"))
-    landed = not redirect
+    # passes if it is one of that page's own links and what it asked for exists in the site.
+    html = (site / page_path).read_text(errors="replace")
+    own = {urlsplit(urljoin("/" + page_path, ref)).path for ref in re.findall(r'(?:href|src)="([^"]+)"', html)}
+    for req in guarded["failed"]:
+        path = urlsplit(req["url"]).path
+        left_behind = REDIRECT.search(html) and req["failure"] == "net::ERR_ABORTED" and path in own
+        if left_behind and resolve(site, path) is not None:
+            continue
+        problems.append(f"request failed: {req['url']} ({req['failure']})")
 
-    def request_failed(req):
-        left_behind = not landed and req.failure == "net::ERR_ABORTED" and req.url.startswith(base_url)
-        if left_behind and resolve(site, urlsplit(req.url).path) is not None:
-            return
-        problems.append(f"request failed: {req.url} ({req.failure})")
+    if found["lang"] != "ko":
+        problems.append("page language is not ko")
+    if found["n_math"]:
+        if found["n_rendered"] < found["n_math"]:
+            problems.append(f"{found['n_math']} formulas but only {found['n_rendered']} rendered")
+        if found["n_errors"]:
+            problems.append("MathJax reported an error in a formula")
+    prose = found["prose"]
+    for match in RAW_TEX.finditer(prose):
+        problems.append(f"raw TeX left in the text: ...{prose[max(0, match.start() - 30) : match.end() + 30]!r}...")
+    problems += [f"image not loaded: {src}" for src in found["not_loaded"]]
 
-    page.on("requestfailed", request_failed)
+    # Internal links: the target file exists, and so does the anchor it points to.
+    for href in found["links"]:
+        parts = urlsplit(href)
+        target = resolve(site, parts.path)
+        if target is None:
+            problems.append(f"broken link: {href}")
+        elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in anchors(target):
+            problems.append(f"link to a missing anchor: {href}")
 
-    try:
-        page.goto(base_url + page_path, wait_until="load")
-        # The site's root is a redirect to the first page: follow it, then check where it lands.
-        if redirect:
-            page.wait_for_url(urljoin(base_url + page_path, redirect.group(1)), wait_until="load")
-            landed = True
-        # Let late requests (the favicon, fonts, scripts loaded by scripts) finish and be checked.
-        page.wait_for_load_state("networkidle")
-
-        assert page.evaluate("document.documentElement.lang") == "ko", "page language is not ko"
-
-        # Formulas: wait for MathJax to finish typesetting, then look for what it left behind.
-        n_math = page.evaluate("document.querySelectorAll('.math').length")
-        if n_math:
-            page.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
-            page.evaluate("MathJax.startup.promise")
-            n_rendered = page.evaluate("document.querySelectorAll('mjx-container').length")
-            if n_rendered < n_math:
-                problems.append(f"{n_math} formulas but only {n_rendered} rendered")
-            if page.evaluate("document.querySelectorAll('mjx-merror').length"):
-                problems.append("MathJax reported an error in a formula")
-        prose = page.evaluate(
-            """() => { const body = document.querySelector('main') || document.body;
-                       const copy = body.cloneNode(true);
-                       copy.querySelectorAll('pre, code, mjx-container, script, style').forEach(e => e.remove());
-                       return copy.innerText; }"""
-        )
-        for match in RAW_TEX.finditer(prose):
-            problems.append(f"raw TeX left in the text: ...{prose[max(0, match.start() - 30) : match.end() + 30]!r}...")
-
-        # Images: force lazy ones to load, then every image must have decoded pixels.
-        page.evaluate(
-            """() => Promise.all(Array.from(document.images).map(img => {
-                   img.loading = 'eager'; return img.decode().catch(() => null); }))"""
-        )
-        for src in page.evaluate(
-            "Array.from(document.images).filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
-        ):
-            problems.append(f"image not loaded: {src}")
-
-        # Internal links: the target file exists, and so does the anchor it points to.
-        origin = base_url.rstrip("/")
-        for href in page.evaluate("Array.from(document.querySelectorAll('a[href]')).map(a => a.href)"):
-            if not href.startswith(origin):
-                continue
-            parts = urlsplit(href)
-            target = resolve(site, parts.path)
-            if target is None:
-                problems.append(f"broken link: {href}")
-            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in anchors(target):
-                problems.append(f"link to a missing anchor: {href}")
-
-        # Colab: exactly the link that opens this page's notebook, and none on other pages.
-        colab = page.evaluate(
-            "Array.from(document.querySelectorAll('a[href^=\"https://colab.research.google.com\"]')).map(a => a.href)"
-        )
-        if page_path in NOTEBOOK_PAGES:
-            if set(colab) != {colab_url(NOTEBOOK_PAGES[page_path])}:
-                problems.append(f"Colab links {colab}, expected {colab_url(NOTEBOOK_PAGES[page_path])}")
-        elif colab:
-            problems.append(f"a Colab link on a page that is not a notebook: {colab}")
-
-        page.screenshot(
-            path=str(screenshots / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True
-        )
-    finally:
-        context.close()
+    # Colab: exactly the link that opens this page's notebook, and none on other pages.
+    colab = found["colab"]
+    if page_path in NOTEBOOK_PAGES:
+        if set(colab) != {colab_url(NOTEBOOK_PAGES[page_path])}:
+            problems.append(f"Colab links {colab}, expected {colab_url(NOTEBOOK_PAGES[page_path])}")
+    elif colab:
+        problems.append(f"a Colab link on a page that is not a notebook: {colab}")
 
     assert not problems, f"{page_path}:\n  " + "\n  ".join(problems)
+
+
+CHAPTERS = [p for p in PAGES if p.startswith("book/")]
+
+
+@pytest.mark.parametrize(
+    ("kind", "page_path"),
+    [("1280-dark", p) for p in PAGES] + [(kind, p) for kind in ("900", "phone") for p in CHAPTERS],
+)
+def test_page_has_no_error_at_other_sizes_and_in_the_dark(kind, page_path, visit):
+    """The other visits the browser tests make (conftest.VISITS) are guarded too: no console or page
+    error, no failed request, no request that leaves 127.0.0.1, in the dark theme and at 900 px and
+    on a phone (test_page checks the 1280-px light visit)."""
+    guarded = visit.guarded(kind, page_path)
+    problems = guarded["problems"] + [f"request failed: {r['url']} ({r['failure']})" for r in guarded["failed"]]
+    assert not problems, f"{page_path} ({kind}):\n  " + "\n  ".join(problems)
