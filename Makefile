@@ -47,7 +47,8 @@ html: $(STAMP)
 	$(BIN)/jupyter-book build . $(BUILD_FLAGS)
 
 # The PDF is printed again only when something it is made from changed (make test asks for it
-# three times: book, test-site, test-pdf); the site's copy of it is restored if the site was rebuilt.
+# three times: book, test-site, test-pdf); the site's copy of it, and of the chapters' own PDFs
+# (_build/pdf/chapters, the pages' download menus link them), is restored if the site was rebuilt.
 PDF_NAME := $(shell sed -n 's/^ *book_pdf: *//p' _config.yml)
 PDF_FILE := _build/pdf/$(PDF_NAME)
 PDF_SOURCES := $(shell find book -type f -not -path '*/.*' -not -path '*/__pycache__/*') \
@@ -55,6 +56,7 @@ PDF_SOURCES := $(shell find book -type f -not -path '*/.*' -not -path '*/__pycac
 
 pdf: html $(PDF_FILE)
 	@cmp -s $(PDF_FILE) _build/html/$(PDF_NAME) || cp $(PDF_FILE) _build/html/$(PDF_NAME)
+	@mkdir -p _build/html/pdf && cp -p _build/pdf/chapters/*.pdf _build/html/pdf/
 
 $(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 	$(BIN)/python tools/build_pdf.py

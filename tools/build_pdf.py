@@ -11,7 +11,10 @@ Steps: `jupyter-book build . --builder singlehtml` (warning-free, like the site)
 file whose in-book links are made in-document (#anchor) -> served on 127.0.0.1 -> Chromium with
 print media, after MathJax has typeset every formula -> _build/pdf/<book_pdf>, also copied
 into the HTML site (_build/html/<book_pdf>) that the introduction links to; the file name is
-_config.yml's sphinx.config.book_pdf.
+_config.yml's sphinx.config.book_pdf. Afterwards, with pypdf: the contents page's page numbers, the
+book's outline, the running header (each page of a chapter but its first carries the chapter's
+title at the top) and one PDF per chapter (_build/pdf/chapters/<name>.pdf, copied to the site's
+pdf/ folder).
 
 Usage: python tools/build_pdf.py [--skip-build]
 """
@@ -37,6 +40,10 @@ SINGLE = ROOT / "_build" / "singlehtml"
 PDF_NAME = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["book_pdf"]
 PDF = ROOT / "_build" / "pdf" / PDF_NAME
 SITE_COPY = ROOT / "_build" / "html" / PDF_NAME
+# One PDF per page of the book (chapter, introduction, back matter), cut from the book's PDF: the
+# download menu of each page offers its own (book/_ext/site_files.py links pdf/<name>.pdf).
+CHAPTERS = ROOT / "_build" / "pdf" / "chapters"
+SITE_CHAPTERS = ROOT / "_build" / "html" / "pdf"
 PRINT_PAGE = "print.html"
 sys.path.insert(0, str(ROOT / "tests" / "site"))
 from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the browser tests' own settings
@@ -83,6 +90,30 @@ FOOTER = (
     '<div style="font-size:10px; width:100%; text-align:center; color:#333;">'
     '<span class="pageNumber"></span> / <span class="totalPages"></span></div>'
 )
+
+
+# The running headers: one A4 page per chapter holding only its title, in the top margin (above the
+# 18 mm of the text area), printed by Chromium (so the Korean text is set in the book's font and
+# embedded) and laid over the chapter's pages by pypdf (Chromium's header template is the same on
+# every page).
+HEADER_PAGE = """<!DOCTYPE html><html lang="ko"><head><meta charset="utf-8"><style>
+@page { size: A4; margin: 0; }
+html, body { margin: 0; padding: 0; }
+div.pdf-running-header { height: 296mm; box-sizing: border-box; padding: 8mm 16mm 0; break-after: page;
+  font: 8.5pt "Noto Sans KR", "NanumGothic", "나눔고딕", sans-serif; color: #444; text-align: right; }
+div.pdf-running-header:last-child { break-after: auto; }
+div.pdf-running-header span { display: block; padding-bottom: 1.2mm; border-bottom: 0.4pt solid #999; }
+</style></head><body>%s</body></html>"""
+
+
+def header_pages(browser, titles: list[str]) -> bytes:
+    """A PDF of len(titles) A4 pages, page i holding titles[i] as a running header."""
+    page = browser.new_page()
+    body = "".join(f'<div class="pdf-running-header"><span>{html_lib.escape(t)}</span></div>' for t in titles)
+    page.set_content(HEADER_PAGE % body, wait_until="load")
+    printed = page.pdf(format="A4", margin={"top": "0", "bottom": "0", "left": "0", "right": "0"})
+    page.close()
+    return printed
 
 
 def cover() -> str:
@@ -434,19 +465,127 @@ def print_pdf(page_file: Path) -> None:
         # Chromium breaks the pages of one layout a little differently from one printing to the
         # next, so a heading at the foot of a page may move to the next page.)
         printed = page.pdf(**options)
+        titles = [plain_title(h["text"]) for h in chapter_headings(headings)]
+        headers = PdfReader(io.BytesIO(header_pages(browser, titles)))
         browser.close()
+    if len(headers.pages) != len(titles):
+        raise SystemExit(f"error: {len(headers.pages)} running-header pages for {len(titles)} chapters")
     reader = PdfReader(io.BytesIO(printed))
     marks = outline_marks(reader)
     if len(marks) != len(headings):
         raise SystemExit(f"error: the PDF outline has {len(marks)} entries for {len(headings)} headings")
-    write_edition(reader, headings, settled(marks), entries)
+    write_edition(reader, headings, settled(marks), entries, headers)
 
 
-def write_edition(reader, headings: list[dict], marks: list[Mark], entries: list[dict]) -> None:
+def chapter_docs() -> list[str | None]:
+    """The book's pages in order: the root page (None), then each part's chapters."""
+    return [None] + [doc for part in parts() for doc in part["chapters"]]
+
+
+def chapter_headings(headings: list[dict]) -> list[dict]:
+    """The title heading (the first) of each page of chapter_docs(), in that order."""
+    found = []
+    for doc in chapter_docs():
+        first = next((h for h in headings if h["doc"] == doc), None)
+        if first is None:
+            raise SystemExit(f"error: no heading of {doc or 'the root page'} in the single-page build")
+        found.append(first)
+    return found
+
+
+def chapter_ranges(headings: list[dict], marks: list[Mark], pages: int) -> list[tuple[int, int]]:
+    """The pages [first, end) of each page of chapter_docs(): from the page of its title to the
+    next chapter's first page, less the part page that opens the next part."""
+    position = {id(h): i for i, h in enumerate(headings)}
+    starts = [marks[position[id(h)]].page for h in chapter_headings(headings)]
+    part_pages = {starts[chapter_docs().index(part["chapters"][0])] - 1 for part in parts()}
+    ranges = []
+    for i, start in enumerate(starts):
+        end = starts[i + 1] if i + 1 < len(starts) else pages
+        while end - 1 in part_pages and end - 1 > start:
+            end -= 1
+        ranges.append((start, end))
+    return ranges
+
+
+def running_headers(writer, ranges: list[tuple[int, int]], headers) -> None:
+    """Lay header page i over every page of chapter i but its first (which opens with the title).
+
+    Each header page becomes one form XObject, drawn by a short content stream on each of its
+    pages (merging the page itself would copy its font into every page: twice the file)."""
+    from pypdf.generic import ArrayObject, DecodedStreamObject, DictionaryObject, NameObject
+
+    for number, ((start, end), header) in enumerate(zip(ranges, headers.pages, strict=True)):
+        form = DecodedStreamObject()
+        form.set_data(header.get_contents().get_data())
+        form.update(
+            {
+                NameObject("/Type"): NameObject("/XObject"),
+                NameObject("/Subtype"): NameObject("/Form"),
+                NameObject("/BBox"): ArrayObject(header.mediabox),
+                NameObject("/Resources"): header["/Resources"].get_object().clone(writer),
+            }
+        )
+        form_ref = writer._add_object(form)  # (pypdf has no public call to add a stream)
+        name = NameObject(f"/PdfRunningHeader{number}")
+        for index in range(start + 1, end):
+            page = writer.pages[index]
+            resources = page["/Resources"].get_object()
+            xobjects = resources.setdefault(NameObject("/XObject"), DictionaryObject()).get_object()
+            xobjects[name] = form_ref
+            before, after = DecodedStreamObject(), DecodedStreamObject()
+            before.set_data(b"q\n")
+            after.set_data(f"\nQ\nq {name} Do Q\n".encode())
+            contents = page.raw_get("/Contents")
+            contents = list(contents.get_object()) if isinstance(contents.get_object(), ArrayObject) else [contents]
+            page[NameObject("/Contents")] = ArrayObject(
+                [writer._add_object(before), *contents, writer._add_object(after)]
+            )
+
+
+def write_chapters(ranges: list[tuple[int, int]], headings: list[dict], marks: list[Mark]) -> None:
+    """Cut the written book into one PDF per chapter, each with its own outline (its headings).
+    A link to a page outside the chapter is dropped (it would lead nowhere)."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import Fit
+
+    if CHAPTERS.exists():
+        shutil.rmtree(CHAPTERS)
+    CHAPTERS.mkdir(parents=True)
+    book = PdfReader(PDF)
+    for doc, (start, end) in zip(chapter_docs(), ranges, strict=True):
+        writer = PdfWriter()
+        writer.append(book, pages=(start, end), import_outline=False)
+        stack: list[tuple[int, object]] = [(0, None)]
+        for heading, mark in zip(headings, marks, strict=True):
+            if heading["doc"] != doc or not start <= mark.page < end:
+                continue
+            while len(stack) > 1 and stack[-1][0] >= heading["level"]:
+                stack.pop()
+            item = writer.add_outline_item(
+                title=plain_title(heading["text"]),
+                page_number=mark.page - start,
+                parent=stack[-1][1],
+                fit=Fit.xyz(mark.left, mark.top) if mark.top is not None else Fit.fit(),
+            )
+            stack.append((heading["level"], item))
+        writer.page_mode = "/UseOutlines"
+        with open(CHAPTERS / f"{chapter_name(doc)}.pdf", "wb") as out:
+            writer.write(out)
+
+
+def chapter_name(doc: str | None) -> str:
+    """The file name (no suffix) of a page's own PDF: its source's name (02_sinusoidal, intro)."""
+    root = yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
+    return Path(doc or root).name
+
+
+def write_edition(reader, headings: list[dict], marks: list[Mark], entries: list[dict], headers) -> None:
     """Write the PDF: the contents page's page numbers filled in, and Chromium's outline (every
     chapter under the root page, titles with lost spaces and doubled numbers) replaced by the
     book's: 차례, the root page, then each part with its chapters, their sections and
-    subsections, titled as the headings read."""
+    subsections, titled as the headings read; each chapter's running header; then the chapters'
+    own PDFs."""
     from pypdf import PdfWriter
     from pypdf.generic import Fit, NameObject
 
@@ -483,10 +622,13 @@ def write_edition(reader, headings: list[dict], marks: list[Mark], entries: list
         )
         for doc in part["chapters"]:
             add_document(doc, item)
+    ranges = chapter_ranges(headings, marks, len(writer.pages))
+    running_headers(writer, ranges, headers)
     writer.page_mode = "/UseOutlines"
     PDF.parent.mkdir(parents=True, exist_ok=True)
     with open(PDF, "wb") as out:
         writer.write(out)
+    write_chapters(ranges, headings, marks)
 
 
 def main() -> None:
@@ -499,6 +641,7 @@ def main() -> None:
     print_pdf(print_page())
     if SITE_COPY.parent.is_dir():
         shutil.copyfile(PDF, SITE_COPY)
+        shutil.copytree(CHAPTERS, SITE_CHAPTERS, dirs_exist_ok=True)
     print(f"The PDF edition: {PDF} ({PDF.stat().st_size / 1e6:.1f} MB)")
 
 

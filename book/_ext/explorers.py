@@ -20,6 +20,13 @@ the figure cannot disagree with the package. Nothing comes from a CDN; the figur
 
 The figure shows the numbers it drew in its ``data-values`` attribute and its readout, which the
 browser test (tests/site/test_explorers.py) compares with posenc in the test process.
+
+An explorer is a figure like the book's others: the directive makes a figure node with a caption, so
+Sphinx numbers it in the page's sequence ("그림 2.3") and ``{numref}`` can cite ``fig-explorer-NAME``.
+Its settings live in the page's address (``02_sinusoidal.html?d=128&base=100``): read on load and
+rewritten on change, and the role ``{explorer-view}`text <sinusoidal?d=64&base=100>``` links the text
+to one view (checked against the controls' options at build time). Under the canvas is the ``posenc``
+call that computes the view (:attr:`Explorer.call`), with a button that copies it.
 """
 
 from __future__ import annotations
@@ -27,9 +34,11 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 from docutils import nodes
 from sphinx.application import Sphinx
@@ -227,10 +236,39 @@ class Explorer:
     controls: tuple[Control, ...]
     caption: str  # HTML, Korean
     description: str  # the canvas's accessible name, plain Korean text
+    # The Python line that reproduces the view (the copy button): "{key}" is replaced by the value of
+    # the control ``key`` (a checkbox gives True or False). A dict: one line per value of the
+    # control named by ``call_by``.
+    call: str | dict[str, str] = ""
+    call_by: str = ""
 
 
 def _positions(n: int) -> tuple[str, ...]:
     return tuple(str(p) for p in range(n))
+
+
+def _scaling_calls() -> dict[str, str]:
+    """For each method of the scaling figure, the call whose result is what it draws: the ratios
+    theta'_i / theta_i and the attention scale (as ``scaled`` in :func:`scaling_data` computes them)."""
+    d, base, original = SCALING_DIM, f"{SCALING_BASE:.1f}", SCALING_L0
+    common = f'"factor": {{alpha}}, "original_max_position_embeddings": {original}'
+    args = {
+        "linear": f'base={base}, scaling={{"rope_type": "linear", "factor": {{alpha}}}}',
+        # NTK-aware: plain RoPE with a larger base, as book/07_beyond.ipynb defines it
+        "ntk": f"base={base} * {{alpha}} ** ({d} / {d - 2})",
+        "dynamic": f'base={base}, seq_len={{alpha}} * {original}, scaling={{"rope_type": "dynamic", {common}}}',
+        "yarn": f'base={base}, scaling={{"rope_type": "yarn", {common}}}',
+        "llama3": (
+            f'base={base}, scaling={{"rope_type": "llama3", {common}, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}'
+        ),
+    }
+    return {
+        method: (
+            f"import posenc; inv_freq, scale = posenc.rope_inv_freq({d}, {arguments}); "
+            f"inv_freq / posenc.rope_inv_freq({d}, base={base})[0], scale"
+        )
+        for method, arguments in args.items()
+    }
 
 
 EXPLORERS: dict[str, Explorer] = {
@@ -246,6 +284,7 @@ EXPLORERS: dict[str, Explorer] = {
             "값은 빌드할 때 <code>posenc.sinusoidal_table</code>이 계산했다."
         ),
         description="사인·코사인 위치 인코딩 표의 히트맵. 가로축은 차원, 세로축은 위치",
+        call=f"import posenc; posenc.sinusoidal_table({SIN_POSITIONS}, {{d}}, base={{base}})",
     ),
     "rope2d": Explorer(
         data=rope2d_data,
@@ -261,6 +300,12 @@ EXPLORERS: dict[str, Explorer] = {
             "<code>posenc.rope_cos_sin</code>과 <code>posenc.rope_rotate</code>가 계산했다."
         ),
         description="단위원 위에서 돌린 query와 key 화살표, 그리고 상대 위치에 대한 내적 곡선",
+        call=(
+            "import torch, posenc; cos, sin = posenc.rope_cos_sin(torch.tensor([{m}, {n}]), "
+            "torch.tensor([{theta}], dtype=torch.float64), dtype=torch.float64); "
+            f"q, k = posenc.rope_rotate(torch.tensor([[[{list(ROPE_Q)}, {list(ROPE_K)}]]], dtype=torch.float64), "
+            'cos, sin, pairing="interleaved")[0, 0]; q @ k'
+        ),
     ),
     "t5": Explorer(
         data=t5_data,
@@ -276,6 +321,10 @@ EXPLORERS: dict[str, Explorer] = {
             "값은 빌드할 때 <code>posenc.t5_relative_bucket</code>이 계산했다."
         ),
         description="상대 위치에 대한 T5 구간 번호의 계단 그래프",
+        call=(
+            f"import torch, posenc; posenc.t5_relative_bucket(torch.arange({-T5_RANGE}, {T5_RANGE + 1}), "
+            "bidirectional={bidirectional}, num_buckets={num_buckets}, max_distance={max_distance})"
+        ),
     ),
     "scaling": Explorer(
         data=scaling_data,
@@ -305,16 +354,34 @@ EXPLORERS: dict[str, Explorer] = {
             "값은 빌드할 때 <code>posenc.rope_inv_freq</code>가 계산했다."
         ),
         description="쌍 번호에 대한 RoPE 스케일링의 주파수 비율 그래프",
+        call=_scaling_calls(),
+        call_by="method",
     ),
 }
 
 
 class explorer_node(nodes.General, nodes.Element):  # docutils names its node classes in lower case
-    """Where one explorer goes; :class:`ExplorerToOutput` turns it into the figure's HTML or drops it."""
+    """Where one explorer goes, inside its numbered figure; :class:`ExplorerToOutput` turns the figure
+    into the explorer's HTML or drops it."""
+
+
+class explorer_view(nodes.General, nodes.Inline, nodes.TextElement):
+    """A link from the text to an explorer shown with given settings (the ``explorer-view`` role)."""
+
+
+def figure_id(name: str) -> str:
+    """The anchor (and the label for {numref}) of an explorer's figure: one figure per explorer."""
+    return f"fig-explorer-{name}"
+
+
+def _plain(caption: str) -> str:
+    """A caption's HTML as plain text (the figure's title for references)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", caption))
 
 
 class ExplorerDirective(SphinxDirective):
-    """``{posenc-explorer} NAME``: one of :data:`EXPLORERS` on this page."""
+    """``{posenc-explorer} NAME``: one of :data:`EXPLORERS` on this page, a figure numbered and
+    captioned like the others (label ``fig-explorer-NAME`` for {numref})."""
 
     required_arguments = 1
     has_content = False
@@ -323,10 +390,50 @@ class ExplorerDirective(SphinxDirective):
         name = self.arguments[0]
         if name not in EXPLORERS:
             raise self.error(f"posenc-explorer: unknown explorer {name!r}; known: {', '.join(EXPLORERS)}")
-        serial = self.env.new_serialno("posenc-explorer")
-        node = explorer_node(explorer=name, uid=f"posenc-explorer-{self.env.docname.replace('/', '-')}-{serial}")
-        self.set_source_info(node)
-        return [node]
+        placed = self.env.posenc_explorers.get(name)  # type: ignore[attr-defined]
+        if placed is not None and placed != self.env.docname:
+            raise self.error(f"posenc-explorer: {name!r} is already on {placed}; an explorer is shown once")
+        self.env.posenc_explorers[name] = self.env.docname  # type: ignore[attr-defined]
+        # A figure node with a caption: Sphinx numbers it with the page's other figures (numfig).
+        figure = nodes.figure("", explorer_node(explorer=name, docname=self.env.docname))
+        figure += nodes.caption("", _plain(EXPLORERS[name].caption))
+        figure["names"].append(figure_id(name))
+        self.state.document.note_explicit_target(figure, figure)
+        self.set_source_info(figure)
+        return [figure]
+
+
+def explorer_view_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{explorer-view}`TEXT <NAME?key=value&...>```: a link to the explorer NAME with those settings
+    (its page's address with the settings as a query; the explorer reads them on load)."""
+    match = re.fullmatch(r"(?s)(.*?)\s*<([a-z0-9]+)\?([^>]*)>", text)
+    if not match:
+        message = inliner.reporter.error(f"explorer-view: expected `text <name?key=value&...>`, got {text!r}")
+        return [inliner.problematic(rawtext, rawtext, message)], [message]
+    label, explorer, query = match.groups()
+    problem = check_view(explorer, query)
+    if problem:
+        message = inliner.reporter.error(f"explorer-view: {problem}")
+        return [inliner.problematic(rawtext, rawtext, message)], [message]
+    return [explorer_view(rawtext, label, explorer=explorer, query=query)], []
+
+
+def check_view(explorer: str, query: str) -> str:
+    """Why a view's settings are not settings of the explorer ('' when they are)."""
+    if explorer not in EXPLORERS:
+        return f"unknown explorer {explorer!r}"
+    controls = {c.key: c for c in EXPLORERS[explorer].controls}
+    pairs = parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    if not pairs:
+        return f"{explorer}: no settings in {query!r}"
+    for key, value in pairs:
+        control = controls.get(key)
+        if control is None:
+            return f"{explorer} has no control {key!r} (it has {', '.join(controls)})"
+        allowed = ("true", "false") if control.kind == "checkbox" else control.options
+        if value not in allowed:
+            return f"{explorer}: {key}={value!r} is not one of {', '.join(allowed)}"
+    return ""
 
 
 def _control_html(uid: str, control: Control) -> str:
@@ -358,23 +465,37 @@ def _control_html(uid: str, control: Control) -> str:
     return f'<fieldset class="posenc-explorer-control posenc-explorer-radios">{legend}{radios}</fieldset>'
 
 
-def explorer_html(name: str, uid: str) -> str:
+def explorer_html(name: str, uid: str, number: str = "") -> str:
+    """The figure: controls, canvas, readout, the posenc call of the view with its copy button, and
+    the caption, numbered (``number``: "그림 2.3") as Sphinx numbers the other figures."""
     explorer = EXPLORERS[name]
+    esc = html.escape
     controls = "".join(_control_html(uid, c) for c in explorer.controls)
+    call = esc(json.dumps({"by": explorer.call_by, "templates": explorer.call}, ensure_ascii=False))
+    number_html = f'<span class="caption-number">{esc(number)} </span>' if number else ""
     return (
-        f'<figure class="posenc-explorer" id="{uid}" data-explorer="{name}" data-src="{DATA_DIR}/{name}.json">'
+        f'<figure class="posenc-explorer" id="{uid}" data-explorer="{name}" data-src="{DATA_DIR}/{name}.json" '
+        f'data-call="{call}">'
         f'<div class="posenc-explorer-controls">{controls}</div>'
-        f'<div class="posenc-explorer-canvas"><canvas role="img" aria-label="{html.escape(explorer.description)}">'
+        f'<div class="posenc-explorer-canvas"><canvas role="img" aria-label="{esc(explorer.description)}">'
         "</canvas></div>"
         '<p class="posenc-explorer-readout" aria-live="polite">그림을 불러오는 중이다.</p>'
-        f"<figcaption>{explorer.caption}</figcaption>"
+        '<div class="posenc-explorer-call">'
+        '<button type="button" class="posenc-explorer-copy">posenc 호출 복사</button>'
+        '<code class="posenc-explorer-code"></code>'
+        '<span class="posenc-explorer-copied" role="status" aria-live="polite"></span></div>'
+        f'<figcaption><p>{number_html}<span class="caption-text">{explorer.caption}</span>'
+        f'<a class="headerlink" href="#{uid}" title="이 그림으로 가는 링크">#</a></p></figcaption>'
         "<noscript><p>이 그림은 JavaScript를 켜야 보인다.</p></noscript>"
         "</figure>\n"
     )
 
 
 class ExplorerToOutput(SphinxPostTransform):
-    """Every HTML builder (html, dirhtml, singlehtml for the PDF) gets the figure as raw HTML; others none.
+    """Every HTML builder (html, dirhtml, singlehtml for the PDF) gets the figure as raw HTML, its
+    number from Sphinx's figure numbering; others none. The links of ``explorer-view`` become links
+    to the explorer's page with the settings as a query (in the single-page build behind the PDF,
+    links to the figure).
 
     A post-transform rather than per-builder visitors: it runs for any builder, so no builder meets
     an unknown node.
@@ -383,13 +504,32 @@ class ExplorerToOutput(SphinxPostTransform):
     default_priority = 200
 
     def run(self, **kwargs: object) -> None:
+        is_html = self.app.builder.format == "html"
         for node in list(self.document.findall(explorer_node)):
-            if self.app.builder.format == "html":
-                raw = nodes.raw("", explorer_html(node["explorer"], node["uid"]), format="html")
-                raw["posenc_explorer"] = node["explorer"]
-                node.replace_self(raw)
+            figure = node.parent
+            if not is_html:
+                figure.parent.remove(figure)
+                continue
+            uid = figure["ids"][0]
+            numbers = self.env.toc_fignumbers.get(node["docname"], {}).get("figure", {}).get(uid)
+            number = self.config.numfig_format["figure"] % ".".join(map(str, numbers)) if numbers else ""
+            raw = nodes.raw("", explorer_html(node["explorer"], uid, number), format="html")
+            raw["posenc_explorer"] = node["explorer"]
+            figure.replace_self(raw)
+        for node in list(self.document.findall(explorer_view)):
+            name, query = node["explorer"], node["query"]
+            if not is_html:
+                node.replace_self(nodes.inline("", node.astext()))
+                continue
+            target = self.env.posenc_explorers.get(name)  # type: ignore[attr-defined]
+            if target is None:
+                raise ExtensionError(f"explorer-view: no page shows the explorer {name!r}")
+            if self.app.builder.name == "singlehtml":  # one page: the figure itself (a still image in print)
+                uri = f"#{figure_id(name)}"
             else:
-                node.parent.remove(node)
+                uri = f"{self.app.builder.get_relative_uri(self.env.docname, target)}?{query}#{figure_id(name)}"
+            link = nodes.reference("", "", nodes.Text(node.astext()), refuri=uri, classes=["posenc-explorer-view"])
+            node.replace_self(link)
 
 
 def _has_explorer(node: nodes.Node) -> bool:
@@ -419,10 +559,31 @@ def _build_finished(app: Sphinx, exception: Exception | None) -> None:
         write_data(Path(app.outdir) / "_static" / DATA_DIR)
 
 
+# Which page shows each explorer (for the links of ``explorer-view``), kept in the environment.
+def _env_init(app: Sphinx) -> None:
+    if not hasattr(app.env, "posenc_explorers"):
+        app.env.posenc_explorers = {}  # type: ignore[attr-defined]
+
+
+def _env_purge(app: Sphinx, env, docname: str) -> None:
+    env.posenc_explorers = {k: v for k, v in getattr(env, "posenc_explorers", {}).items() if v != docname}
+
+
+def _env_merge(app: Sphinx, env, docnames, other) -> None:
+    env.posenc_explorers.update(getattr(other, "posenc_explorers", {}))
+
+
 def setup(app: Sphinx) -> dict[str, object]:
     app.add_node(explorer_node)
+    app.add_node(explorer_view)
     app.add_post_transform(ExplorerToOutput)
     app.add_directive("posenc-explorer", ExplorerDirective)
+    app.add_role("explorer-view", explorer_view_role)
+    app.connect("builder-inited", _env_init)
+    app.connect("env-purge-doc", _env_purge)
+    app.connect("env-merge-info", _env_merge)
     app.connect("html-page-context", _add_assets)
     app.connect("build-finished", _build_finished)
-    return {"version": "1.0", "parallel_read_safe": True, "parallel_write_safe": True}
+    # env_version: a build environment read with the previous version (explorers without a figure
+    # node) is read again.
+    return {"version": "1.1", "env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}

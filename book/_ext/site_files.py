@@ -130,7 +130,8 @@ def pages_root(app: Sphinx) -> str:
 
 
 def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
-    """Replace the download menu's print-this-page entry by a link to the book's PDF edition.
+    """Replace the download menu's print-this-page entry by a link to the book's PDF edition, and
+    on a page of the book add its own PDF.
 
     Runs after sphinx-book-theme has made its header buttons (priority 501)."""
     for group in context.get("header_buttons", []):
@@ -146,6 +147,25 @@ def book_pdf_in_download_menu(app: Sphinx, pagename: str, templatename: str, con
                     "icon": "fas fa-file-pdf",
                     "label": "download-book-pdf-button",
                 }
+                if _in_book(app, pagename):  # the page's own PDF, cut from the book's (tools/build_pdf.py)
+                    group["buttons"].insert(
+                        index + 1,
+                        {
+                            "type": "link",
+                            "url": context["pathto"](f"pdf/{pagename.split('/')[-1]}.pdf", 1),
+                            "text": "이 장 PDF",
+                            "tooltip": "이 장만 PDF로 내려받기",
+                            "icon": "fas fa-file-pdf",
+                            "label": "download-chapter-pdf-button",
+                        },
+                    )
+                break
+
+
+def _in_book(app: Sphinx, pagename: str) -> bool:
+    """A page of the book's contents (a chapter, the introduction, the back matter), not the
+    search or index page."""
+    return pagename == app.config.root_doc or any(pagename in docs for docs in app.env.toctree_includes.values())
 
 
 def setup(app: Sphinx) -> dict[str, object]:

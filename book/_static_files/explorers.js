@@ -386,6 +386,55 @@
     };
   };
 
+  // --- the view in the address, and the posenc call of the view ---------------------------------
+
+  // The page's address holds the settings of its explorers (?d=128&base=10000): read when the page
+  // opens, rewritten (history.replaceState, no new history entry) when a control changes, so that
+  // the text, the exercises and a reader can link to one view. Values that are not options of the
+  // control are ignored.
+  function readAddress(fig) {
+    var params = new URLSearchParams(window.location.search);
+    fig.querySelectorAll("input[data-key]").forEach(function (input) {
+      var value = params.get(input.dataset.key);
+      if (value === null) return;
+      if (input.type === "range") {
+        var index = JSON.parse(input.dataset.options).indexOf(value);
+        if (index >= 0) input.value = String(index);
+      } else if (input.type === "checkbox") {
+        if (value === "true" || value === "false") input.checked = value === "true";
+      } else if (input.type === "radio") {
+        if (input.value === value) input.checked = true;
+      }
+    });
+  }
+
+  function writeAddress(fig) {
+    var url = new URL(window.location.href);
+    var s = settings(fig);
+    Object.keys(s).forEach(function (key) { url.searchParams.set(key, String(s[key])); });
+    if (url.href !== window.location.href) window.history.replaceState(window.history.state, "", url.href);
+  }
+
+  // The Python line that computes what the figure shows (its template comes from the build).
+  function call(fig) {
+    var spec = JSON.parse(fig.dataset.call);
+    var s = settings(fig);
+    var template = spec.by ? spec.templates[s[spec.by]] : spec.templates;
+    return template.replace(/\{([a-z_]+)\}/g, function (whole, key) {
+      if (!(key in s)) return whole;
+      return s[key] === true ? "True" : s[key] === false ? "False" : String(s[key]);
+    });
+  }
+
+  function copyCall(fig) {
+    var line = call(fig);
+    var status = fig.querySelector(".posenc-explorer-copied");
+    var done = function () { status.textContent = "복사했다. 노트북 셀에 붙여 넣으면 이 그림의 값이 나온다."; };
+    var failed = function () { status.textContent = "복사하지 못했다. 위의 줄을 직접 골라 복사하자."; };
+    if (navigator.clipboard && navigator.clipboard.writeText) navigator.clipboard.writeText(line).then(done, failed);
+    else failed();
+  }
+
   // --- wiring --------------------------------------------------------------------------------
 
   function render(fig, data) {
@@ -395,11 +444,16 @@
     if (drawn.box) fig.dataset.box = JSON.stringify(drawn.box);
     // The readout is built from this script's strings and the site's own data files.
     fig.querySelector(".posenc-explorer-readout").innerHTML = drawn.readout;
+    var code = fig.querySelector(".posenc-explorer-code");
+    if (code) code.textContent = call(fig);
     fig.dataset.ready = "true";
   }
 
   function start(fig) {
     var readout = fig.querySelector(".posenc-explorer-readout");
+    readAddress(fig);
+    var copy = fig.querySelector(".posenc-explorer-copy");
+    if (copy) copy.addEventListener("click", function () { copyCall(fig); });
     fetch(new URL(fig.dataset.src, STATIC))
       .then(function (response) {
         if (!response.ok) throw new Error("HTTP " + response.status);
@@ -407,8 +461,14 @@
       })
       .then(function (data) {
         var redraw = function () { render(fig, data); };
-        fig.addEventListener("input", redraw);
-        fig.addEventListener("change", redraw);
+        var changed = function () {
+          redraw();
+          writeAddress(fig);
+          var status = fig.querySelector(".posenc-explorer-copied");
+          if (status) status.textContent = "";
+        };
+        fig.addEventListener("input", changed);
+        fig.addEventListener("change", changed);
         var width = 0;
         new ResizeObserver(function () {
           var now = fig.clientWidth;

@@ -267,3 +267,153 @@ def test_no_sentence_only_a_web_reader_can_follow(text):
     sentences = re.split(r"(?<=[.다])\s", re.sub(r"\s+", " ", text))
     web_only = [s for s in sentences if re.search(r"슬라이더|버튼|클릭|눌러", s) and "웹판" not in s]
     assert not web_only, f"{len(web_only)} web-only sentences, e.g. {web_only[:3]}"
+
+
+# --- Running headers, one PDF per chapter, figures at their shape ----------------------------------
+
+# The running header sits in the top margin (18 mm, tools/build_pdf.py), its text within 14 mm of
+# the top; the band stops there, since a tall formula's glyphs (big brackets) reach a little above
+# the text area. In PDF points.
+HEADER_BAND = 14 * 72 / 25.4
+CHAPTERS = ROOT / "_build" / "pdf" / "chapters"
+SITE_CHAPTERS = ROOT / "_build" / "html" / "pdf"
+
+
+def chapter_pages(reader) -> list[tuple[str, int, int]]:
+    """(bookmark title, first page, end page) of each page of the book in order (the introduction,
+    then each part's chapters), from the outline: a chapter runs to the next chapter's first page,
+    less the part page before it."""
+    items = list(outline_items(reader))
+    part_titles = {title for depth, title, _ in items if depth == 0 and title.startswith("제")}
+    part_titles |= {p["caption"] for p in toc_parts()}
+    part_pages = {page for depth, title, page in items if depth == 0 and title in part_titles}
+    starts, top = [], None
+    for depth, title, page in items:
+        if depth == 0:
+            top = title
+            if title != "차례" and title not in part_titles:
+                starts.append((title, page))  # the root page
+        elif depth == 1 and top in part_titles:
+            starts.append((title, page))
+    ranges = []
+    for i, (title, start) in enumerate(starts):
+        end = starts[i + 1][1] if i + 1 < len(starts) else len(reader.pages)
+        while end - 1 in part_pages and end - 1 > start:
+            end -= 1
+        ranges.append((title, start, end))
+    return ranges
+
+
+def top_band(document, index: int) -> str:
+    """The text in the page's top band: its lines with a letter or digit (a formula cut at the foot
+    of the page before leaves invisible bracket pieces there, which are not text)."""
+    page = document[index]
+    width, height = page.get_size()
+    band = page.get_textpage().get_text_bounded(0, height - HEADER_BAND, width, height)
+    return "\n".join(line.strip() for line in band.splitlines() if re.search(r"\w", line))
+
+
+def test_running_headers_name_the_chapter(reader):
+    """Every page of a chapter after its first carries the chapter's title at the top; the cover,
+    the contents, the part pages and each chapter's opening page carry none."""
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(PDF)
+    chapters = chapter_pages(reader)
+    assert len(chapters) == len(toc_files()), [c[0] for c in chapters]
+    in_chapter, faults = set(), []
+    for title, start, end in chapters:
+        for index in range(start, end):
+            in_chapter.add(index)
+            band = top_band(document, index)
+            wanted = "" if index == start else squeeze(title)
+            if squeeze(band) != wanted:
+                faults.append(f"page {index + 1}: header {band!r}, expected {wanted or 'none'!r}")
+    for index in sorted(set(range(len(document))) - in_chapter):  # cover, contents, part pages
+        if top_band(document, index):
+            faults.append(f"page {index + 1} (not a chapter's) has a header: {top_band(document, index)!r}")
+    assert not faults, f"{len(faults)} pages:\n" + "\n".join(faults[:15])
+
+
+def test_each_chapter_has_its_own_pdf(reader, pages_text):
+    """_build/pdf/chapters/<name>.pdf holds exactly the chapter's pages of the book, opens on its
+    title, has the chapter's bookmarks and no link to a missing destination; the site has a copy
+    (the download menu's 이 장 PDF)."""
+    import pypdfium2 as pdfium
+    from pypdf import PdfReader
+
+    chapters = chapter_pages(reader)
+    faults = []
+    for path, (title, start, end) in zip(toc_files(), chapters, strict=True):
+        own = CHAPTERS / f"{path.stem}.pdf"
+        if not own.is_file():
+            faults.append(f"{own.name} is missing")
+            continue
+        chapter = PdfReader(own)
+        if len(chapter.pages) != end - start:
+            faults.append(f"{own.name}: {len(chapter.pages)} pages, the chapter has {end - start}")
+            continue
+        document = pdfium.PdfDocument(own)
+        texts = [squeeze(document[i].get_textpage().get_text_range()) for i in range(len(document))]
+        if texts != pages_text[start:end]:
+            faults.append(f"{own.name}: its pages are not the book's pages {start + 1}-{end}")
+        outline = [t for _, t, _ in outline_items(chapter)]
+        if not outline or outline[0] != title:
+            faults.append(f"{own.name}: its first bookmark is {outline[:1]}, not {title!r}")
+        names = set(chapter.named_destinations)
+        for page in chapter.pages:
+            for annotation in page.get("/Annots") or []:
+                annotation = annotation.get_object()
+                if "/Dest" in annotation and str(annotation["/Dest"]) not in names:
+                    faults.append(f"{own.name}: a link to the missing destination {annotation['/Dest']}")
+        copy = SITE_CHAPTERS / own.name
+        if not copy.is_file() or copy.read_bytes() != own.read_bytes():
+            faults.append(f"the site has no current copy of {own.name} ({copy})")
+    assert not faults, "\n".join(faults[:15])
+
+
+def misshapen_images(path: Path, tolerance: float = 0.01) -> list[str]:
+    """Every image placed in a PDF whose placed aspect ratio is off its pixels' ratio by more than
+    ``tolerance`` (relative): a squashed or stretched figure. Images under 16 pixels on a side
+    (rules, icons) are left out: one pixel of rounding is a large share of them."""
+    import math
+
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as pdfium_c
+
+    faults = []
+    document = pdfium.PdfDocument(path)
+    for index in range(len(document)):
+        for image in document[index].get_objects(filter=[pdfium_c.FPDF_PAGEOBJ_IMAGE]):
+            width_px, height_px = image.get_px_size()
+            if min(width_px, height_px) < 16:
+                continue
+            a, b, c, d, _, _ = image.get_matrix().get()  # the unit square -> the placed image
+            placed = math.hypot(a, b) / math.hypot(c, d)
+            natural = width_px / height_px
+            if abs(placed / natural - 1) > tolerance:
+                faults.append(f"page {index + 1}: a {width_px}x{height_px} image placed at ratio {placed:.3f}")
+    return faults
+
+
+def test_figures_keep_their_shape_in_the_pdf():
+    placed = misshapen_images(PDF)
+    assert not placed, f"{len(placed)} images off their shape:\n" + "\n".join(placed[:10])
+
+
+def test_the_shape_check_finds_a_squashed_figure(tmp_path):
+    """The check above can fail: a 200 x 100 image placed in a square is found, placed at 2:1 it is not."""
+    import pypdfium2 as pdfium
+    from PIL import Image
+
+    for (width, height), squashed in (((200, 200), True), ((200, 100), False)):
+        document = pdfium.PdfDocument.new()
+        page = document.new_page(400, 400)
+        image = pdfium.PdfImage.new(document)
+        image.set_bitmap(pdfium.PdfBitmap.from_pil(Image.new("RGB", (200, 100), "red")))
+        image.set_matrix(pdfium.PdfMatrix().scale(width, height).translate(50, 50))
+        page.insert_obj(image)
+        page.gen_content()
+        path = tmp_path / f"figure-{width}x{height}.pdf"
+        document.save(path)
+        assert bool(misshapen_images(path)) == squashed, (width, height)

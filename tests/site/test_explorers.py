@@ -8,14 +8,21 @@ draw different values are always among those checked, so a figure that drew the 
 Every figure is also opened in the dark theme and at phone width: no console error, no request
 leaving the site, no horizontal overflow, and a drawing that is visible on the page. Screenshots of
 each figure (light, dark, phone) are saved as _build/screenshots/explorer-*.png.
+
+The explorers are figures like the others: numbered in the page's sequence ("그림 2.3") with a Korean
+caption; their settings live in the page's address (read on load, rewritten on change, so the text
+links to one view); and their copy button puts on the clipboard the posenc call of the view, which is
+run here and must give what the figure drew.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
 from contextlib import contextmanager
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import torch
@@ -45,26 +52,32 @@ def number(text: str) -> float:
 
 
 @contextmanager
-def explorer_page(browser, base_url, name, *, viewport=DESKTOP, mode="light"):
-    """The chapter page of one figure, loaded and drawn; fails on console errors and outside requests."""
+def explorer_page(browser, base_url, name, *, viewport=DESKTOP, mode="light", query="", clipboard=False):
+    """The chapter page of one figure, loaded and drawn; fails on console errors and outside requests.
+    ``query``: the address's settings ("d=128&base=100"); ``clipboard``: the page may use the clipboard."""
     context = browser.new_context(viewport=viewport)
     context.add_init_script(f"localStorage.setItem('mode', '{mode}'); localStorage.setItem('theme', '{mode}');")
+    if clipboard:
+        context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base_url.rstrip("/"))
     page = context.new_page()
     problems = guard(page)
     try:
-        page.goto(base_url + PAGES[name], wait_until="load")
-        page.wait_for_function(
-            f"() => ['true', 'error'].includes(document.querySelector('figure[data-explorer=\"{name}\"]')"
-            "?.dataset.ready)",
-            timeout=15000,
-        )
-        figure = page.locator(f'figure[data-explorer="{name}"]')
-        assert figure.get_attribute("data-ready") == "true", f"{name}: {readout(page, name)}"
+        page.goto(base_url + PAGES[name] + (f"?{query}" if query else ""), wait_until="load")
+        wait_drawn(page, name)
         yield page
         page.wait_for_load_state("networkidle")
         assert not problems, f"{PAGES[name]}:\n  " + "\n  ".join(problems)
     finally:
         context.close()
+
+
+def wait_drawn(page, name: str) -> None:
+    page.wait_for_function(
+        f"() => ['true', 'error'].includes(document.querySelector('figure[data-explorer=\"{name}\"]')?.dataset.ready)",
+        timeout=15000,
+    )
+    figure = page.locator(f'figure[data-explorer="{name}"]')
+    assert figure.get_attribute("data-ready") == "true", f"{name}: {readout(page, name)}"
 
 
 def readout(page, name: str) -> str:
@@ -346,3 +359,193 @@ def test_explorer_reads_well(name, mode, viewport, browser, base_url, screenshot
         # The theme's sticky headers would cover the figure's top in the picture: hidden while it is taken.
         hide = ".bd-header, .bd-header-article, .skip-link { visibility: hidden !important; }"
         figure.screenshot(path=str(screenshots / f"explorer-{name}-{label}.png"), style=hide)
+
+
+# --- explorers as figures: numbered, linked to by their settings, reproduced by a posenc call ----------------
+
+
+def test_explorers_are_numbered_like_the_other_figures(browser, base_url):
+    """Each explorer's caption starts with its number in the page's sequence of figures (그림 2.1,
+    2.2, ... in document order, the explorer among them), and reads in Korean."""
+    for name, path in PAGES.items():
+        chapter = int(re.match(r"book/(\d+)_", path).group(1))
+        with explorer_page(browser, base_url, name) as page:
+            numbers = page.evaluate(
+                """() => Array.from(document.querySelectorAll('article figure'))
+                     .map(f => [f.dataset.explorer || '', f.id,
+                                f.querySelector(':scope > figcaption .caption-number')?.innerText.trim() || '',
+                                f.querySelector(':scope > figcaption .caption-text')?.innerText || ''])"""
+            )
+            mine = [n for n in numbers if n[0] == name]
+            assert len(mine) == 1, f"{path}: {numbers}"
+            _, anchor, number, caption = mine[0]
+            assert anchor == f"fig-explorer-{name}", anchor
+            assert number, f"{path}: the {name} explorer has no figure number"
+            assert HANGUL.search(caption), f"{name}: no Korean caption: {caption!r}"
+            wanted = [f"그림 {chapter}.{i}" for i in range(1, len(numbers) + 1)]
+            assert [n[2] for n in numbers] == wanted, f"{path}: {[n[2] for n in numbers]}"
+            # The caption's link leads to the figure.
+            href = page.locator(f'figure[data-explorer="{name}"] > figcaption a.headerlink').get_attribute("href")
+            assert href == f"#fig-explorer-{name}"
+
+
+# One setting of each explorer other than its default (the address must carry it), and a second one
+# that a control then changes to.
+VIEWS = {
+    "sinusoidal": ({"d": "128", "base": "100"}, {"base": "500000"}),
+    "rope2d": ({"m": "7", "n": "30", "theta": "1"}, {"theta": "0.1"}),
+    "t5": ({"num_buckets": "16", "max_distance": "64", "bidirectional": False}, {"max_distance": "256"}),
+    "scaling": ({"method": "llama3", "alpha": "32"}, {"method": "ntk"}),
+}
+
+
+def query_of(settings: dict) -> str:
+    return "&".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items())
+
+
+def address_settings(page) -> dict:
+    return dict(parse_qsl(urlsplit(page.url).query))
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_settings_round_trip_through_the_address(name, browser, base_url):
+    first, change = VIEWS[name]
+    with explorer_page(browser, base_url, name) as page:
+        wanted_first, _ = set_controls(page, name, **first)
+        wanted_second, _ = set_controls(page, name, **change)
+    # The address's settings are read when the page opens.
+    with explorer_page(browser, base_url, name, query=query_of(first)) as page:
+        shown, _ = drawn(page, name)
+        assert shown == wanted_first, f"{name}: ?{query_of(first)} did not open that view"
+        history = page.evaluate("history.length")
+        # A change of a control is written to the address without a new history entry.
+        set_controls(page, name, **change)
+        expected = {k: str(v).lower() if isinstance(v, bool) else v for k, v in {**first, **change}.items()}
+        assert address_settings(page) == expected, page.url
+        assert page.evaluate("history.length") == history
+        again = page.url
+    # The rewritten address opens the same view.
+    with explorer_page(browser, base_url, name, query=urlsplit(again).query) as page:
+        assert drawn(page, name)[0] == wanted_second
+    # A value that is not a setting of the control leaves the default.
+    with explorer_page(browser, base_url, name) as page:
+        default, _ = drawn(page, name)
+    key = next(iter(first))
+    with explorer_page(browser, base_url, name, query=f"{key}=999999") as page:
+        assert drawn(page, name)[0] == default
+
+
+# The call each view must copy: written out here from posenc's documented signatures, not taken from
+# the page.
+def expected_call(name: str, s: dict) -> str:
+    if name == "sinusoidal":
+        return f"import posenc; posenc.sinusoidal_table(64, {s['d']}, base={s['base']})"
+    if name == "rope2d":
+        return (
+            f"import torch, posenc; cos, sin = posenc.rope_cos_sin(torch.tensor([{s['m']}, {s['n']}]), "
+            f"torch.tensor([{s['theta']}], dtype=torch.float64), dtype=torch.float64); "
+            "q, k = posenc.rope_rotate(torch.tensor([[[[0.8, 0.6], [0.96, 0.28]]]], dtype=torch.float64), "
+            'cos, sin, pairing="interleaved")[0, 0]; q @ k'
+        )
+    if name == "t5":
+        return (
+            "import torch, posenc; posenc.t5_relative_bucket(torch.arange(-300, 301), "
+            f"bidirectional={s['bidirectional']}, num_buckets={s['num_buckets']}, max_distance={s['max_distance']})"
+        )
+    a = s["alpha"]
+    common = f'"factor": {a}, "original_max_position_embeddings": 8192'
+    args = {
+        "linear": f'base=500000.0, scaling={{"rope_type": "linear", "factor": {a}}}',
+        "ntk": f"base=500000.0 * {a} ** (128 / 126)",
+        "dynamic": f'base=500000.0, seq_len={a} * 8192, scaling={{"rope_type": "dynamic", {common}}}',
+        "yarn": f'base=500000.0, scaling={{"rope_type": "yarn", {common}}}',
+        "llama3": (
+            f'base=500000.0, scaling={{"rope_type": "llama3", {common}, '
+            '"low_freq_factor": 1.0, "high_freq_factor": 4.0}'
+        ),
+    }[s["method"]]
+    return (
+        f"import posenc; inv_freq, scale = posenc.rope_inv_freq(128, {args}); "
+        "inv_freq / posenc.rope_inv_freq(128, base=500000.0)[0], scale"
+    )
+
+
+def run_call(line: str):
+    """Run the copied line as a notebook cell runs it: the statements, then the value of the last
+    expression; returns (that value, the names the line defined)."""
+    tree = ast.parse(line)
+    *body, last = tree.body
+    assert isinstance(last, ast.Expr), f"the line does not end in an expression: {line}"
+    names: dict = {}
+    exec(compile(ast.Module(body=body, type_ignores=[]), "<copied>", "exec"), names)
+    return eval(compile(ast.Expression(last.value), "<copied>", "eval"), names), names
+
+
+COPY_SETTINGS = {
+    "sinusoidal": [{"d": "16", "base": "1000"}, {"d": "128", "base": "10000"}],
+    "rope2d": [{"m": "2", "n": "5", "theta": "0.3"}, {"m": "31", "n": "0", "theta": "1"}],
+    "t5": [
+        {"num_buckets": "32", "max_distance": "128", "bidirectional": True},
+        {"num_buckets": "8", "max_distance": "256", "bidirectional": False},
+        {"num_buckets": "64", "max_distance": "32", "bidirectional": False},  # refused by posenc
+    ],
+    "scaling": [{"method": m, "alpha": a} for m in ("linear", "ntk", "dynamic", "yarn", "llama3") for a in ("2", "32")],
+}
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_copy_button_copies_the_posenc_call_of_the_view(name, browser, base_url):
+    with explorer_page(browser, base_url, name, clipboard=True) as page:
+        button = page.locator(f'figure[data-explorer="{name}"] button.posenc-explorer-copy')
+        assert button.inner_text().strip() == "posenc 호출 복사"
+        status = page.locator(f'figure[data-explorer="{name}"] .posenc-explorer-copied')
+        for settings in COPY_SETTINGS[name]:
+            shown, _ = set_controls(page, name, **settings)
+            assert status.inner_text() == "", "the feedback of an earlier copy is left after a change"
+            page.evaluate("navigator.clipboard.writeText('')")
+            button.click()
+            page.wait_for_function(
+                f"""() => document.querySelector('figure[data-explorer="{name}"] .posenc-explorer-copied')
+                      .innerText.length > 0"""
+            )
+            assert status.inner_text().startswith("복사했다"), status.inner_text()
+            copied = page.evaluate("navigator.clipboard.readText()")
+            view = {k: (str(v) if isinstance(v, bool) else v) for k, v in settings.items()}
+            assert copied == expected_call(name, view), copied
+            # The line is also shown under the figure.
+            assert page.locator(f'figure[data-explorer="{name}"] code.posenc-explorer-code').inner_text() == copied
+            # It runs in posenc and computes what the figure drew.
+            if name == "t5" and shown is None:
+                with pytest.raises(ValueError, match="max_distance"):
+                    run_call(copied)
+                continue
+            value, names = run_call(copied)
+            if name == "sinusoidal":
+                got = torch.tensor(shown, dtype=torch.float64)
+                assert value.shape == got.shape and (value.double() - got).abs().max() <= 0.005 + 1e-9, settings
+            elif name == "rope2d":
+                assert abs(float(value) - shown["score"]) <= 1e-4, settings
+                assert torch.allclose(names["q"], torch.tensor(shown["q"], dtype=torch.float64), atol=1e-4)
+                assert torch.allclose(names["k"], torch.tensor(shown["k"], dtype=torch.float64), atol=1e-4)
+            elif name == "t5":
+                assert value.tolist() == shown, settings
+            else:
+                ratios, scale = value
+                assert torch.allclose(ratios.double(), torch.tensor(shown["ratios"], dtype=torch.float64), rtol=5e-4)
+                assert math.isclose(scale, shown["attention_scale"], rel_tol=5e-4), settings
+
+
+def test_the_text_links_to_a_view_of_an_explorer(browser, base_url):
+    """Chapter 2 links to its table at base 100: the link carries the settings, and following it
+    draws posenc's table of that setting."""
+    with explorer_page(browser, base_url, "sinusoidal") as page:
+        link = page.locator("article a.posenc-explorer-view").first
+        href = link.get_attribute("href")
+        assert urlsplit(href).fragment == "fig-explorer-sinusoidal", href
+        assert dict(parse_qsl(urlsplit(href).query)) == {"d": "64", "base": "100"}, href
+        link.click()
+        page.wait_for_url(re.compile(r"base=100"))
+        wait_drawn(page, "sinusoidal")
+        shown, _ = drawn(page, "sinusoidal")
+        expected = posenc.sinusoidal_table(64, 64, base=100.0, dtype=torch.float64)
+        assert (torch.tensor(shown, dtype=torch.float64) - expected).abs().max() <= 0.005 + 1e-9

@@ -126,3 +126,21 @@ def test_the_download_menu_offers_the_book_pdf(page_path, site, browser, base_ur
         assert link.is_visible()
         response = page.request.get(link.evaluate("a => a.href"))
         assert response.ok and response.headers["content-type"] == "application/pdf"
+
+
+@pytest.mark.parametrize("page_path", ["book/intro.html", "book/06_rope.html", "search.html"])
+def test_the_download_menu_offers_the_chapter_pdf(page_path, site, browser, base_url):
+    """A page of the book offers its own PDF (tools/build_pdf.py cuts it from the book's) beside the
+    book's; the search page, which is not in the book, offers none."""
+    with open_page(browser, base_url, page_path) as page:
+        menu = page.locator(".dropdown-download-buttons")
+        links = menu.locator("a", has_text="이 장 PDF")
+        if page_path == "search.html":
+            assert links.count() == 0
+            return
+        page.locator(".dropdown-download-buttons button").first.click()
+        assert links.count() == 1 and links.first.is_visible()
+        href = links.first.evaluate("a => a.href")
+        assert href.endswith(f"/pdf/{page_path.split('/')[-1].removesuffix('.html')}.pdf"), href
+        response = page.request.get(href)
+        assert response.ok and response.headers["content-type"] == "application/pdf", href
