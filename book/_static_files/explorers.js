@@ -14,12 +14,33 @@
     ? new URL(".", script.src)
     : new URL((document.documentElement.dataset.content_root || "./") + "_static/", window.location.href);
 
-  // Drawn on an opaque white card, like the book's matplotlib figures, in both themes.
-  var INK = "#222222";
-  var FAINT = "#bbbbbb";
-  var GRID = "#e6e6e6";
-  var BLUE = "#1f77b4";
-  var ORANGE = "#ff7f0e";
+  // Two palettes: drawn on white in the light theme (like the book's matplotlib figures) and on a
+  // dark card in the dark theme; every explorer is drawn again when the theme changes.
+  var PALETTES = {
+    light: {
+      PAPER: "#ffffff", INK: "#222222", FAINT: "#bbbbbb", GRID: "#e6e6e6", BLUE: "#1f77b4",
+      ORANGE: "#ff7f0e", PALE_BLUE: "#9ec5e8", PALE_ORANGE: "#ffc899", NOTE: "#666666",
+      MARK: "#777777", GUIDE: "#555555", ERROR: "#b00020",
+    },
+    dark: {
+      PAPER: "#1a1d21", INK: "#e3e3e3", FAINT: "#6b6b6b", GRID: "#30343a", BLUE: "#5fa8e8",
+      ORANGE: "#ffa257", PALE_BLUE: "#3d6a91", PALE_ORANGE: "#8f6038", NOTE: "#a8a8a8",
+      MARK: "#9a9a9a", GUIDE: "#b0b0b0", ERROR: "#ff6b81",
+    },
+  };
+  var PAPER, INK, FAINT, GRID, BLUE, ORANGE, PALE_BLUE, PALE_ORANGE, NOTE, MARK, GUIDE, ERROR;
+
+  function theme() {
+    return document.documentElement.dataset.theme === "dark" ? "dark" : "light";
+  }
+
+  function usePalette(name) {
+    var c = PALETTES[name];
+    PAPER = c.PAPER; INK = c.INK; FAINT = c.FAINT; GRID = c.GRID; BLUE = c.BLUE; ORANGE = c.ORANGE;
+    PALE_BLUE = c.PALE_BLUE; PALE_ORANGE = c.PALE_ORANGE; NOTE = c.NOTE; MARK = c.MARK; GUIDE = c.GUIDE;
+    ERROR = c.ERROR;
+  }
+  usePalette("light");
   var MINUS = "\u2212";
 
   // --- controls ------------------------------------------------------------------------------
@@ -61,7 +82,7 @@
     canvas.style.height = h + "px";
     var ctx = canvas.getContext("2d");
     ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.fillStyle = "#ffffff";
+    ctx.fillStyle = PAPER;
     ctx.fillRect(0, 0, width, h);
     ctx.fontSize = width < 480 ? 11 : 12;
     ctx.font = ctx.fontSize + "px sans-serif";
@@ -264,13 +285,13 @@
     ctx.arc(p.x(0), p.y(0), p.x(1) - p.x(0), 0, 2 * Math.PI);
     ctx.stroke();
     var q0 = th.q[0], k0 = th.k[0]; // position 0: the vectors before rotation
-    arrow(ctx, p.x(0), p.y(0), p.x(q0[0]), p.y(q0[1]), "#9ec5e8", 1.5, [4, 3]);
-    arrow(ctx, p.x(0), p.y(0), p.x(k0[0]), p.y(k0[1]), "#ffc899", 1.5, [4, 3]);
+    arrow(ctx, p.x(0), p.y(0), p.x(q0[0]), p.y(q0[1]), PALE_BLUE, 1.5, [4, 3]);
+    arrow(ctx, p.x(0), p.y(0), p.x(k0[0]), p.y(k0[1]), PALE_ORANGE, 1.5, [4, 3]);
     arrow(ctx, p.x(0), p.y(0), p.x(q[0]), p.y(q[1]), BLUE, 2.5);
     arrow(ctx, p.x(0), p.y(0), p.x(k[0]), p.y(k[1]), ORANGE, 2.5);
     text(ctx, "R_m q", p.x(q[0] * 1.17), p.y(q[1] * 1.17), "center", "middle", BLUE);
     text(ctx, "R_n k", p.x(k[0] * 1.17), p.y(k[1] * 1.17), "center", "middle", ORANGE);
-    text(ctx, "dashed: q, k (position 0)", plane.x + 4, plane.y + plane.h - 4, "left", "alphabetic", "#666666");
+    text(ctx, "dashed: q, k (position 0)", plane.x + 4, plane.y + plane.h - 4, "left", "alphabetic", NOTE);
 
     // the dot product against r = n - m
     var left = wide ? plane.x + plane.w + 60 : 52;
@@ -317,7 +338,7 @@
     for (var y = 0; y <= top; y += step) yticks.push({ at: y, label: String(y), grid: true });
     axes(ctx, f, xticks, yticks, "relative position r = n " + MINUS + " m (key " + MINUS + " query)", "bucket");
     (s.bidirectional ? [-dmax, dmax] : [-dmax]).forEach(function (v) {
-      if (v >= data.r_min && v <= data.r_max) line(ctx, f.x(v), box.y, f.x(v), box.y + box.h, "#777777", 1, [2, 3]);
+      if (v >= data.r_min && v <= data.r_max) line(ctx, f.x(v), box.y, f.x(v), box.y + box.h, MARK, 1, [2, 3]);
     });
     if (buckets) {
       var points = [];
@@ -327,7 +348,7 @@
       });
       polyline(ctx, points, BLUE, 2);
     } else {
-      text(ctx, "not defined for these settings", box.x + box.w / 2, box.y + box.h / 2, "center", "middle", "#b00020");
+      text(ctx, "not defined for these settings", box.x + box.w / 2, box.y + box.h / 2, "center", "middle", ERROR);
     }
     var setting = "<i>N</i><sub>bkt</sub> = " + s.num_buckets + ", <i>D</i><sub>max</sub> = " + s.max_distance + ", " + (s.bidirectional ? "양방향" : "인과");
     var used = buckets ? new Set(buckets).size : 0;
@@ -366,8 +387,8 @@
     for (var e = 0; e >= bottom; e -= every) yticks.push({ at: e, label: e === 0 ? "1" : "1/" + Math.pow(2, -e), grid: true });
     axes(ctx, f, indexTicks(pairs), yticks, "pair index i (fast \u2192 slow)", "\u03b8'_i / \u03b8_i");
     var inv = data.inverse_alpha[s.alpha];
-    line(ctx, box.x, ly(inv), box.x + box.w, ly(inv), "#555555", 1, [3, 3]);
-    text(ctx, "1/\u03b1", box.x + box.w - 4, ly(inv) - 3, "right", "bottom", "#555555");
+    line(ctx, box.x, ly(inv), box.x + box.w, ly(inv), GUIDE, 1, [3, 3]);
+    text(ctx, "1/\u03b1", box.x + box.w - 4, ly(inv) - 3, "right", "bottom", GUIDE);
     Object.keys(data.ratios).forEach(function (name) {
       if (name === s.method) return;
       polyline(ctx, data.ratios[name][s.alpha].map(function (v, i) { return [f.x(i), ly(v)]; }), FAINT, 1.2);
@@ -438,6 +459,8 @@
   // --- wiring --------------------------------------------------------------------------------
 
   function render(fig, data) {
+    usePalette(theme());
+    fig.dataset.theme = theme();
     showValues(fig);
     var drawn = draw[fig.dataset.explorer](fig, data, settings(fig));
     fig.dataset.values = JSON.stringify(drawn.values);
@@ -474,6 +497,10 @@
           var now = fig.clientWidth;
           if (now !== width) { width = now; redraw(); }
         }).observe(fig);
+        // the theme switch sets data-theme on <html>: draw again in the other palette
+        new MutationObserver(function () {
+          if (fig.dataset.theme !== theme()) redraw();
+        }).observe(document.documentElement, { attributes: true, attributeFilter: ["data-theme"] });
         redraw();
       })
       .catch(function (error) {

@@ -317,14 +317,42 @@ def test_scaling_ratios_are_posencs(browser, base_url):
 
 
 def visible_drawing(page, name: str) -> float:
-    """The share of canvas pixels that are not the card's white: the drawing is there."""
+    """The share of canvas pixels that differ from the card's colour (its corner pixel): the drawing is there."""
     return page.evaluate(
         """(name) => { const c = document.querySelector(`figure[data-explorer="${name}"] canvas`);
              const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-             let ink = 0; for (let i = 0; i < d.length; i += 4) if (d[i] + d[i + 1] + d[i + 2] < 600) ink++;
+             let ink = 0;
+             for (let i = 0; i < d.length; i += 4)
+               if (Math.abs(d[i] - d[0]) + Math.abs(d[i + 1] - d[1]) + Math.abs(d[i + 2] - d[2]) > 40) ink++;
              return ink / (d.length / 4); }""",
         name,
     )
+
+
+def card(page, name: str) -> list[int]:
+    """The canvas's corner pixel: the colour of the card it is drawn on."""
+    return page.evaluate(
+        """(name) => Array.from(document.querySelector(`figure[data-explorer="${name}"] canvas`)
+                               .getContext('2d').getImageData(1, 1, 1, 1).data)""",
+        name,
+    )
+
+
+@pytest.mark.parametrize("name", list(PAGES))
+def test_explorers_follow_the_theme(name, browser, base_url):
+    """An explorer is drawn on a white card in the light theme and on a dark one in the dark theme,
+    and is drawn again, in the other palette, when the reader switches the theme."""
+    with explorer_page(browser, base_url, name, mode="light") as page:
+        assert card(page, name)[:3] == [255, 255, 255]
+        page.evaluate("document.documentElement.dataset.theme = 'dark'")
+        page.wait_for_function(
+            "(name) => document.querySelector(`figure[data-explorer=\"${name}\"]`).dataset.theme === 'dark'", arg=name
+        )
+        dark = card(page, name)
+        assert sum(dark[:3]) < 120 and dark[3] == 255, dark
+        assert visible_drawing(page, name) > 0.01, f"{name}: nothing drawn on the dark card"
+    with explorer_page(browser, base_url, name, mode="dark") as page:
+        assert card(page, name) == dark  # opened in the dark theme: the same card at once
 
 
 @pytest.mark.parametrize("name", list(PAGES))
