@@ -54,6 +54,21 @@ def test_the_site_has_the_expected_pages(site):
         assert page in PAGES, f"{page} was not built"
 
 
+def failed_requests(site: Path, page_path: str, failed: list[dict]) -> list[str]:
+    """The failed requests of a visit, but those a redirect page left behind: one of its own links
+    (its icon), aborted when the page was left, asking for a file that exists in the site."""
+    html = (site / page_path).read_text(errors="replace")
+    own = {urlsplit(urljoin("/" + page_path, ref)).path for ref in re.findall(r'(?:href|src)="([^"]+)"', html)}
+    problems = []
+    for req in failed:
+        path = urlsplit(req["url"]).path
+        left_behind = REDIRECT.search(html) and req["failure"] == "net::ERR_ABORTED" and path in own
+        if left_behind and resolve(site, path) is not None:
+            continue
+        problems.append(f"request failed: {req['url']} ({req['failure']})")
+    return problems
+
+
 @probe("1280")
 def what_a_reader_sees(page, page_path: str) -> dict:
     """On the loaded page (formulas typeset): its language, formulas, raw TeX, images, links and
@@ -100,14 +115,7 @@ def test_page(page_path, site, visit):
     # an aborted load) also fails the page. One exception: a redirect page (the site's root) is
     # left at once, and leaving it aborts what it was still loading (its icon); such a request
     # passes if it is one of that page's own links and what it asked for exists in the site.
-    html = (site / page_path).read_text(errors="replace")
-    own = {urlsplit(urljoin("/" + page_path, ref)).path for ref in re.findall(r'(?:href|src)="([^"]+)"', html)}
-    for req in guarded["failed"]:
-        path = urlsplit(req["url"]).path
-        left_behind = REDIRECT.search(html) and req["failure"] == "net::ERR_ABORTED" and path in own
-        if left_behind and resolve(site, path) is not None:
-            continue
-        problems.append(f"request failed: {req['url']} ({req['failure']})")
+    problems += failed_requests(site, page_path, guarded["failed"])
 
     if found["lang"] != "ko":
         problems.append("page language is not ko")
@@ -148,10 +156,10 @@ CHAPTERS = [p for p in PAGES if p.startswith("book/")]
     ("kind", "page_path"),
     [("1280-dark", p) for p in PAGES] + [(kind, p) for kind in ("900", "phone") for p in CHAPTERS],
 )
-def test_page_has_no_error_at_other_sizes_and_in_the_dark(kind, page_path, visit):
+def test_page_has_no_error_at_other_sizes_and_in_the_dark(kind, page_path, site, visit):
     """The other visits the browser tests make (conftest.VISITS) are guarded too: no console or page
     error, no failed request, no request that leaves 127.0.0.1, in the dark theme and at 900 px and
     on a phone (test_page checks the 1280-px light visit)."""
     guarded = visit.guarded(kind, page_path)
-    problems = guarded["problems"] + [f"request failed: {r['url']} ({r['failure']})" for r in guarded["failed"]]
+    problems = guarded["problems"] + failed_requests(site, page_path, guarded["failed"])
     assert not problems, f"{page_path} ({kind}):\n  " + "\n  ".join(problems)
