@@ -110,7 +110,7 @@ execute: $(STAMP)
 # repository, in three venvs of the newest releases (never the pins above): transformers 5.x,
 # 4.x and none. The venvs live in _build/colab-check/venvs and are reused while their
 # requirements are unchanged; the table goes to _build/colab-check/report.md. Not part of
-# `make test` (about 20 minutes more); .ci/run runs it after `make test`, and weekly
+# `make test` (about 7½ minutes more on 2 cores); .ci/run runs it after `make test`, and weekly
 # .github/workflows/colab.yml in Colab's runtime image. Options: make colab-check
 # COLAB_CHECK_FLAGS="--env tf4 --notebooks rope" (parts of notebook names); --fresh rebuilds the
 # venvs with the then-newest releases.
