@@ -18,9 +18,11 @@ run here and must give what the figure drew.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import math
 import re
+import sys
 from contextlib import contextmanager
 from urllib.parse import parse_qsl, urlsplit
 
@@ -29,7 +31,14 @@ import torch
 
 import posenc
 
-from conftest import DESKTOP, PHONE, SITE, guard
+from conftest import DESKTOP, PHONE, ROOT, SITE, guard
+
+# The scaling figure's settings (Llama 3.1's head dim, base and L_0), from the extension that draws it.
+_spec = importlib.util.spec_from_file_location("explorers", ROOT / "book" / "_ext" / "explorers.py")
+_explorers = importlib.util.module_from_spec(_spec)
+sys.modules.setdefault("explorers", _explorers)  # its dataclasses look their module up there
+_spec.loader.exec_module(_explorers)
+DIM, BASE, L0 = _explorers.SCALING_DIM, _explorers.SCALING_BASE, _explorers.SCALING_L0
 
 PAGES = {
     "sinusoidal": "book/02_sinusoidal.html",
@@ -481,20 +490,19 @@ def expected_call(name: str, s: dict) -> str:
             f"bidirectional={s['bidirectional']}, num_buckets={s['num_buckets']}, max_distance={s['max_distance']})"
         )
     a = s["alpha"]
-    common = f'"factor": {a}, "original_max_position_embeddings": 8192'
+    common = f'"factor": {a}, "original_max_position_embeddings": {L0}'
     args = {
-        "linear": f'base=500000.0, scaling={{"rope_type": "linear", "factor": {a}}}',
-        "ntk": f"base=500000.0 * {a} ** (128 / 126)",
-        "dynamic": f'base=500000.0, seq_len={a} * 8192, scaling={{"rope_type": "dynamic", {common}}}',
-        "yarn": f'base=500000.0, scaling={{"rope_type": "yarn", {common}}}',
+        "linear": f'base={BASE}, scaling={{"rope_type": "linear", "factor": {a}}}',
+        "ntk": f"base={BASE} * {a} ** ({DIM} / {DIM - 2})",
+        "dynamic": f'base={BASE}, seq_len={a} * {L0}, scaling={{"rope_type": "dynamic", {common}}}',
+        "yarn": f'base={BASE}, scaling={{"rope_type": "yarn", {common}}}',
         "llama3": (
-            f'base=500000.0, scaling={{"rope_type": "llama3", {common}, '
-            '"low_freq_factor": 1.0, "high_freq_factor": 4.0}'
+            f'base={BASE}, scaling={{"rope_type": "llama3", {common}, "low_freq_factor": 1.0, "high_freq_factor": 4.0}}'
         ),
     }[s["method"]]
     return (
-        f"import posenc; inv_freq, scale = posenc.rope_inv_freq(128, {args}); "
-        "inv_freq / posenc.rope_inv_freq(128, base=500000.0)[0], scale"
+        f"import posenc; inv_freq, scale = posenc.rope_inv_freq({DIM}, {args}); "
+        f"inv_freq / posenc.rope_inv_freq({DIM}, base={BASE})[0], scale"
     )
 
 
