@@ -38,7 +38,10 @@ def test_there_is_a_workflow_that_runs_make_test_and_publishes_pages():
     workflow = load(BOOK)
     assert set(workflow["on"]) == {"push", "pull_request"}
     steps = workflow["jobs"]["test"]["steps"]
-    assert any(step.get("run") == "make test" for step in steps)
+    # make test, with the pages' full-page screenshots (SITE_SCREENSHOTS=1) kept as an artifact
+    assert any(step.get("run") == "make test SITE_SCREENSHOTS=1" for step in steps)
+    kept = [step for step in steps if step.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [step["with"]["path"] for step in kept] == ["_build/screenshots"]
     assert any(step.get("uses", "").startswith("actions/upload-pages-artifact@") for step in steps)
     assert workflow["jobs"]["deploy"]["steps"][0]["uses"].startswith("actions/deploy-pages@")
     assert workflow["jobs"]["deploy"]["needs"] == "test"

@@ -4,13 +4,15 @@ A page fails on: a console error or uncaught page error; any request that leaves
 a failed request or an HTTP error; a formula that MathJax did not render (or rendered as an
 error) or raw TeX left in the text; an image that did not load; an internal link whose page
 or anchor does not exist; a missing or wrong Colab link on a notebook page (or one on a page
-that is not a notebook); a language other than Korean. Each page is saved as a full-page
-screenshot under _build/screenshots/.
+that is not a notebook); a language other than Korean. With SITE_SCREENSHOTS=1 (make test-site
+SITE_SCREENSHOTS=1; the book workflow keeps them as an artifact), each page is also saved as a
+full-page screenshot under _build/screenshots/: 2-4 s a page, for people to look at, not a check.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -72,7 +74,8 @@ def failed_requests(site: Path, page_path: str, failed: list[dict]) -> list[str]
 @probe("1280")
 def what_a_reader_sees(page, page_path: str) -> dict:
     """On the loaded page (formulas typeset): its language, formulas, raw TeX, images, links and
-    Colab links; and a full-page screenshot. Addresses of the site as paths (workers differ in port)."""
+    Colab links; and, if asked for, a full-page screenshot. Addresses of the site as paths (workers
+    differ in port)."""
     found = {"lang": page.evaluate("document.documentElement.lang")}
     found["n_math"] = page.evaluate("document.querySelectorAll('.math').length")
     found["n_rendered"] = page.evaluate("document.querySelectorAll('mjx-container').length")
@@ -99,10 +102,11 @@ def what_a_reader_sees(page, page_path: str) -> dict:
     found["colab"] = page.evaluate(
         "Array.from(document.querySelectorAll('a[href^=\"https://colab.research.google.com\"]')).map(a => a.href)"
     )
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(
-        path=str(SCREENSHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True
-    )
+    if os.environ.get("SITE_SCREENSHOTS") == "1":
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(
+            path=str(SCREENSHOTS / (page_path.replace("/", "__").removesuffix(".html") + ".png")), full_page=True
+        )
     return found
 
 

@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, SITE
+from conftest import ROOT, SITE, probe
 
 # A 1280-px desktop window with a classic 15-px vertical scrollbar (headless Chromium draws
 # overlay scrollbars, so its viewport has to be made narrower to match). Wider windows give
@@ -62,18 +62,31 @@ def test_a_line_of_the_notebook_line_length_fits_in_a_code_cell(browser, base_ur
     )
 
 
-@pytest.mark.parametrize("page_path", CHAPTERS)
-def test_no_code_cell_scrolls_sideways_on_a_desktop(page_path, browser, base_url, site):
-    context, page = open_page(browser, base_url, page_path)
+WIDE_CELLS = """([selector, setUp]) => Array.from(document.querySelectorAll(selector))
+    .filter(pre => pre.scrollWidth > pre.clientWidth && !pre.textContent.startsWith(setUp))
+    .map(pre => pre.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), ''))"""
+
+
+@probe("1280")
+def wide_code_cells(page, page_path: str) -> list[str]:
+    """On the shared 1280-px visit, narrowed to DESKTOP's width (the window's scrollbar) with every
+    folded cell opened: the longest line of each code cell that scrolls sideways. The page is left
+    as it was found (folds and width) for the next probe."""
+    opened = page.evaluate(
+        "Array.from(document.querySelectorAll('details')).map(d => { const was = d.open; d.open = true; return was; })"
+    )
+    width = page.viewport_size
+    page.set_viewport_size(DESKTOP)
     try:
-        wide = page.evaluate(
-            """([selector, setUp]) => Array.from(document.querySelectorAll(selector))
-                 .filter(pre => pre.scrollWidth > pre.clientWidth && !pre.textContent.startsWith(setUp))
-                 .map(pre => pre.textContent.split('\\n').reduce((a, b) => (b.length > a.length ? b : a), ''))""",
-            [CODE_CELLS, SET_UP_CELL],
-        )
+        return page.evaluate(WIDE_CELLS, [CODE_CELLS, SET_UP_CELL])
     finally:
-        context.close()
+        page.set_viewport_size(width)
+        page.evaluate("(was) => document.querySelectorAll('details').forEach((d, i) => { d.open = was[i]; })", opened)
+
+
+@pytest.mark.parametrize("page_path", CHAPTERS)
+def test_no_code_cell_scrolls_sideways_on_a_desktop(page_path, visit):
+    wide = visit("1280", page_path, wide_code_cells)
     assert not wide, (
         f"{page_path}: {len(wide)} code cells scroll sideways at {DESKTOP['width']} px; their longest lines:\n  "
         + "\n  ".join(f"({len(line)}) {line}" for line in wide)

@@ -31,7 +31,7 @@ import torch
 
 import posenc
 
-from conftest import DESKTOP, PHONE, ROOT, SITE, guard
+from conftest import DESKTOP, ROOT, SCREENSHOTS, SITE, guard, probe
 
 # The scaling figure's settings (Llama 3.1's head dim, base and L_0), from the extension that draws it.
 _spec = importlib.util.spec_from_file_location("explorers", ROOT / "book" / "_ext" / "explorers.py")
@@ -347,8 +347,61 @@ def card(page, name: str) -> list[int]:
     )
 
 
+# What a reader sees of each explorer, looked at on the shared visits of its chapter (tests/site/
+# conftest.py: one load per page, size and theme, guarded against console errors and outside requests
+# by test_browser.py): 1280 px light and dark, and a phone.
+EXPLORER_OF = {path: name for name, path in PAGES.items()}
+COLOURS = """(name) => { const fig = document.querySelector(`figure[data-explorer="${name}"]`);
+  const bg = getComputedStyle(document.body).backgroundColor;
+  return {text: getComputedStyle(fig.querySelector('.posenc-explorer-readout')).color,
+          label: getComputedStyle(fig.querySelector('label')).color, background: bg}; }"""
+LABELS = """(name) => Array.from(document.querySelectorAll(`figure[data-explorer="${name}"] input`))
+  .map(i => (i.labels && i.labels.length ? i.labels[0].innerText : '').trim())"""
+NUMBERS = """() => Array.from(document.querySelectorAll('article figure'))
+  .map(f => [f.dataset.explorer || '', f.id,
+             f.querySelector(':scope > figcaption .caption-number')?.innerText.trim() || '',
+             f.querySelector(':scope > figcaption .caption-text')?.innerText || ''])"""
+# The theme's sticky headers would cover the figure's top in the picture: hidden while it is taken.
+HIDE_HEADERS = ".bd-header, .bd-header-article, .skip-link { visibility: hidden !important; }"
+
+
+@probe("1280", "1280-dark", "phone")
+def explorer_seen(page, page_path: str) -> dict | None:
+    """On a chapter with an explorer: it drawn, scrolled into view, its card, ink, colours, labels,
+    box and the page's overflow, the figures' numbers, and a picture of it (explorer-<name>-<label>.png);
+    the page is scrolled back to where it was. None on any other page."""
+    name = EXPLORER_OF.get(page_path)
+    if name is None:
+        return None
+    wait_drawn(page, name)
+    viewport = page.viewport_size
+    theme = page.evaluate("document.documentElement.dataset.theme")
+    label = "phone" if viewport["width"] < DESKTOP["width"] else theme
+    scrolled = page.evaluate("[window.scrollX, window.scrollY]")
+    figure = page.locator(f'figure[data-explorer="{name}"]')
+    figure.scroll_into_view_if_needed()
+    found = {
+        "name": name,
+        "label": label,
+        "theme": theme,
+        "width": viewport["width"],
+        "card": card(page, name),
+        "ink": visible_drawing(page, name),
+        "colours": page.evaluate(COLOURS, name),
+        "labels": page.evaluate(LABELS, name),
+        "overflow": page.evaluate("document.documentElement.scrollWidth - window.innerWidth"),
+        "box": figure.bounding_box(),
+        "numbers": page.evaluate(NUMBERS),
+        "caption_link": figure.locator(":scope > figcaption a.headerlink").get_attribute("href"),
+    }
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    figure.screenshot(path=str(SCREENSHOTS / f"explorer-{name}-{label}.png"), style=HIDE_HEADERS)
+    page.evaluate("([x, y]) => window.scrollTo(x, y)", scrolled)
+    return found
+
+
 @pytest.mark.parametrize("name", list(PAGES))
-def test_explorers_follow_the_theme(name, browser, base_url):
+def test_explorers_follow_the_theme(name, browser, base_url, visit):
     """An explorer is drawn on a white card in the light theme and on a dark one in the dark theme,
     and is drawn again, in the other palette, when the reader switches the theme."""
     with explorer_page(browser, base_url, name, mode="light") as page:
@@ -360,70 +413,49 @@ def test_explorers_follow_the_theme(name, browser, base_url):
         dark = card(page, name)
         assert sum(dark[:3]) < 120 and dark[3] == 255, dark
         assert visible_drawing(page, name) > 0.01, f"{name}: nothing drawn on the dark card"
-    with explorer_page(browser, base_url, name, mode="dark") as page:
-        assert card(page, name) == dark  # opened in the dark theme: the same card at once
+    # opened in the dark theme: the same card at once
+    assert visit("1280-dark", PAGES[name], explorer_seen)["card"] == dark
 
 
 @pytest.mark.parametrize("name", list(PAGES))
-@pytest.mark.parametrize(("mode", "viewport"), [("light", DESKTOP), ("dark", DESKTOP), ("light", PHONE)])
-def test_explorer_reads_well(name, mode, viewport, browser, base_url, screenshots):
-    label = "phone" if viewport is PHONE else mode
-    with explorer_page(browser, base_url, name, viewport=viewport, mode=mode) as page:
-        assert page.evaluate("document.documentElement.dataset.theme") == mode
-        figure = page.locator(f'figure[data-explorer="{name}"]')
-        figure.scroll_into_view_if_needed()
-        assert visible_drawing(page, name) > 0.01, f"{name} ({label}): the canvas is (nearly) blank"
-        colours = page.evaluate(
-            """(name) => { const fig = document.querySelector(`figure[data-explorer="${name}"]`);
-                 const bg = getComputedStyle(document.body).backgroundColor;
-                 return {text: getComputedStyle(fig.querySelector('.posenc-explorer-readout')).color,
-                         label: getComputedStyle(fig.querySelector('label')).color, background: bg}; }""",
-            name,
-        )
-        assert colours["text"] != colours["background"] and colours["label"] != colours["background"], colours
-        # Every control has a Korean or mathematical label a screen reader can read.
-        labels = page.evaluate(
-            """(name) => Array.from(document.querySelectorAll(`figure[data-explorer="${name}"] input`))
-                 .map(i => (i.labels && i.labels.length ? i.labels[0].innerText : '').trim())""",
-            name,
-        )
-        assert labels and all(labels), f"{name}: a control without a label: {labels}"
-        assert all(HANGUL.search(t) or t in ("YaRN", "Llama 3") for t in labels), labels
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
-        assert overflow <= 1, f"{name} ({label}): the page is {overflow}px wider than the window"
-        box = figure.bounding_box()
-        assert box["x"] >= 0 and box["x"] + box["width"] <= viewport["width"] + 1, f"{name} ({label}): {box}"
-        # The theme's sticky headers would cover the figure's top in the picture: hidden while it is taken.
-        hide = ".bd-header, .bd-header-article, .skip-link { visibility: hidden !important; }"
-        figure.screenshot(path=str(screenshots / f"explorer-{name}-{label}.png"), style=hide)
+@pytest.mark.parametrize(("mode", "kind"), [("light", "1280"), ("dark", "1280-dark"), ("light", "phone")])
+def test_explorer_reads_well(name, mode, kind, visit):
+    seen = visit(kind, PAGES[name], explorer_seen)
+    label = seen["label"]
+    assert seen["theme"] == mode
+    assert seen["ink"] > 0.01, f"{name} ({label}): the canvas is (nearly) blank"
+    colours = seen["colours"]
+    assert colours["text"] != colours["background"] and colours["label"] != colours["background"], colours
+    # Every control has a Korean or mathematical label a screen reader can read.
+    labels = seen["labels"]
+    assert labels and all(labels), f"{name}: a control without a label: {labels}"
+    assert all(HANGUL.search(t) or t in ("YaRN", "Llama 3") for t in labels), labels
+    assert seen["overflow"] <= 1, f"{name} ({label}): the page is {seen['overflow']}px wider than the window"
+    box = seen["box"]
+    assert box["x"] >= 0 and box["x"] + box["width"] <= seen["width"] + 1, f"{name} ({label}): {box}"
 
 
 # --- explorers as figures: numbered, linked to by their settings, reproduced by a posenc call ----------------
 
 
-def test_explorers_are_numbered_like_the_other_figures(browser, base_url):
+@pytest.mark.parametrize("name", list(PAGES))
+def test_explorers_are_numbered_like_the_other_figures(name, visit):
     """Each explorer's caption starts with its number in the page's sequence of figures (그림 2.1,
     2.2, ... in document order, the explorer among them), and reads in Korean."""
-    for name, path in PAGES.items():
-        chapter = int(re.match(r"book/(\d+)_", path).group(1))
-        with explorer_page(browser, base_url, name) as page:
-            numbers = page.evaluate(
-                """() => Array.from(document.querySelectorAll('article figure'))
-                     .map(f => [f.dataset.explorer || '', f.id,
-                                f.querySelector(':scope > figcaption .caption-number')?.innerText.trim() || '',
-                                f.querySelector(':scope > figcaption .caption-text')?.innerText || ''])"""
-            )
-            mine = [n for n in numbers if n[0] == name]
-            assert len(mine) == 1, f"{path}: {numbers}"
-            _, anchor, number, caption = mine[0]
-            assert anchor == f"fig-explorer-{name}", anchor
-            assert number, f"{path}: the {name} explorer has no figure number"
-            assert HANGUL.search(caption), f"{name}: no Korean caption: {caption!r}"
-            wanted = [f"그림 {chapter}.{i}" for i in range(1, len(numbers) + 1)]
-            assert [n[2] for n in numbers] == wanted, f"{path}: {[n[2] for n in numbers]}"
-            # The caption's link leads to the figure.
-            href = page.locator(f'figure[data-explorer="{name}"] > figcaption a.headerlink').get_attribute("href")
-            assert href == f"#fig-explorer-{name}"
+    path = PAGES[name]
+    chapter = int(re.match(r"book/(\d+)_", path).group(1))
+    seen = visit("1280", path, explorer_seen)
+    numbers = seen["numbers"]
+    mine = [n for n in numbers if n[0] == name]
+    assert len(mine) == 1, f"{path}: {numbers}"
+    _, anchor, number, caption = mine[0]
+    assert anchor == f"fig-explorer-{name}", anchor
+    assert number, f"{path}: the {name} explorer has no figure number"
+    assert HANGUL.search(caption), f"{name}: no Korean caption: {caption!r}"
+    wanted = [f"그림 {chapter}.{i}" for i in range(1, len(numbers) + 1)]
+    assert [n[2] for n in numbers] == wanted, f"{path}: {[n[2] for n in numbers]}"
+    # The caption's link leads to the figure.
+    assert seen["caption_link"] == f"#fig-explorer-{name}"
 
 
 # One setting of each explorer other than its default (the address must carry it), and a second one
@@ -448,6 +480,7 @@ def address_settings(page) -> dict:
 def test_settings_round_trip_through_the_address(name, browser, base_url):
     first, change = VIEWS[name]
     with explorer_page(browser, base_url, name) as page:
+        default, _ = drawn(page, name)
         wanted_first, _ = set_controls(page, name, **first)
         wanted_second, _ = set_controls(page, name, **change)
     # The address's settings are read when the page opens.
@@ -464,9 +497,7 @@ def test_settings_round_trip_through_the_address(name, browser, base_url):
     # The rewritten address opens the same view.
     with explorer_page(browser, base_url, name, query=urlsplit(again).query) as page:
         assert drawn(page, name)[0] == wanted_second
-    # A value that is not a setting of the control leaves the default.
-    with explorer_page(browser, base_url, name) as page:
-        default, _ = drawn(page, name)
+    # A value that is not a setting of the control leaves the default (drawn at the first opening).
     key = next(iter(first))
     with explorer_page(browser, base_url, name, query=f"{key}=999999") as page:
         assert drawn(page, name)[0] == default
