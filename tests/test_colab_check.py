@@ -6,7 +6,9 @@ up (and nothing it does not), and the comparison of two environments finds what 
 
 from __future__ import annotations
 
+import glob
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +122,19 @@ def test_a_derived_venv_keeps_what_its_requirements_need_and_nothing_else():
     # an extra's requirements are followed only when the extra is asked for (tqdm[notebook]: ipywidgets)
     assert version("ipywidgets")
     assert "ipywidgets" in orphans("tqdm") and "ipywidgets" not in orphans("tqdm[notebook]")
+
+
+def test_the_venvs_are_where_the_book_build_does_not_look_for_sources():
+    """sphinx-external-toc globs every folder of the repository (the book's source folder) for sources
+    at each build, and glob skips hidden folders only: the venvs' 350,000 files must be in one."""
+    assert colab_check.VENVS.is_relative_to(colab_check.ROOT)
+    assert any(part.startswith(".") for part in colab_check.VENVS.relative_to(colab_check.ROOT).parts)
+    planted = colab_check.ROOT / "_build" / "test-glob-probe"
+    hidden = planted / colab_check.VENVS.name / "lib"
+    hidden.mkdir(parents=True, exist_ok=True)
+    try:
+        (hidden / "page.md").write_text("x")
+        found = glob.glob(str(colab_check.ROOT / "_build" / "test-glob-probe" / "**" / "*.md"), recursive=True)
+        assert found == [], found
+    finally:
+        shutil.rmtree(planted)

@@ -38,7 +38,7 @@ With more than one notebook at a time, each kernel gets one thread for torch and
 two threads each on two cores run several times slower than two of one thread.
 
 Environments (--env, comma-separated; default tf5,tf4,none):
-  tf5     newest transformers 5.x          each in its own venv under _build/colab-check/venvs,
+  tf5     newest transformers 5.x          each in its own venv under _build/colab-check/.venvs,
   tf4     newest transformers 4.x          with the newest releases of what Colab preinstalls
   none    no transformers                  and the notebooks use (never the book's pins)
   system  the Python running this tool, as it is: inside Colab's runtime image
@@ -78,7 +78,11 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "_build" / "colab-check"  # git-ignored; `make clean` removes it, venvs included
-VENVS = OUT / "venvs"
+# A hidden folder: at every build, Sphinx's table-of-contents extension (sphinx-external-toc, as
+# only_build_toc_files sets it up) globs every folder of the repository for source files, and
+# glob skips hidden ones. The venvs hold about 350,000 files; in a folder named "venvs" they made
+# each build (make html, and the PDF's single-page build) about 40 s slower on 2 cores.
+VENVS = OUT / ".venvs"
 # Per cell. The lab chapter trains seven small models: on a busy 2-core machine its training cell
 # took over 900 s (tools/execute_notebooks.py's limit), so this check, which is about whether a
 # notebook runs rather than how fast, allows more.
