@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, SITE, probe
+from conftest import ROOT, SITE, open_page, probe
 
 # A 1280-px desktop window with a classic 15-px vertical scrollbar (headless Chromium draws
 # overlay scrollbars, so its viewport has to be made narrower to match). Wider windows give
@@ -30,18 +30,9 @@ CODE_CELLS = "div.cell_input pre"
 TAB_STOPS_SETTLE_MS = 500  # pydata-sphinx-theme recomputes tab stops 300 ms after the last resize
 
 
-def open_page(browser, base_url, page_path):
-    context = browser.new_context(viewport=DESKTOP)
-    page = context.new_page()
-    page.goto(base_url + page_path)
-    page.wait_for_load_state("networkidle")
-    page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")  # hidden cells too
-    return context, page
-
-
 def test_a_line_of_the_notebook_line_length_fits_in_a_code_cell(browser, base_url, site):
-    context, page = open_page(browser, base_url, SAMPLE_PAGE)
-    try:
+    with open_page(browser, base_url, SAMPLE_PAGE, DESKTOP) as page:
+        page.evaluate("document.querySelectorAll('details').forEach(d => { d.open = true; })")  # hidden cells too
         fits = page.evaluate(
             """([selector, n]) => {
                  const pre = document.querySelector(selector);
@@ -53,8 +44,6 @@ def test_a_line_of_the_notebook_line_length_fits_in_a_code_cell(browser, base_ur
                }""",
             [CODE_CELLS, LINE_LENGTH],
         )
-    finally:
-        context.close()
     assert fits is not None, f"{SAMPLE_PAGE} has no code cell"
     fits_limit, most = fits
     assert fits_limit, (
