@@ -35,8 +35,9 @@ PAGES = site_pages()
 SERIOUS = {"moderate", "serious", "critical"}
 
 # One element of each kind of text, by everything the contrast ratio is computed from. An element
-# counts when it holds text of its own or is a form control; ancestors' keys are cached.
-SAMPLE_CONTRAST_TARGETS = r"""
+# counts when it holds text of its own or is a form control; ancestors' keys are cached. Then one link
+# of each kind, for link-in-text-block (window.__linkSample).
+SAMPLE_TARGETS = r"""
 () => {
   const chains = new Map();
   const chain = (el) => {
@@ -121,7 +122,7 @@ def axe_violations(page, page_path: str) -> dict:
     """The theme the page is in, and axe's violations on it: every rule on the whole page but
     color-contrast, which runs on one element of each kind of text (see the module's docstring)."""
     page.evaluate(axe_script())
-    texts, kinds = page.evaluate(SAMPLE_CONTRAST_TARGETS)
+    texts, kinds = page.evaluate(SAMPLE_TARGETS)
     assert 0 < kinds <= texts
     found = page.evaluate(ALL_BUT_SAMPLED) + page.evaluate(CONTRAST_ON_SAMPLE) + page.evaluate(LINKS_ON_SAMPLE)
     return {"theme": page.evaluate("document.documentElement.dataset.theme"), "violations": found}
@@ -164,7 +165,7 @@ def test_contrast_sample_finds_what_the_whole_page_finds(browser, base_url):
     with open_page(browser, base_url, "book/06_rope.html") as page:
         page.evaluate(axe_script())
         page.evaluate(PLANT, PLANTS)
-        page.evaluate(SAMPLE_CONTRAST_TARGETS)
+        page.evaluate(SAMPLE_TARGETS)
         for run in (CONTRAST_ON_PAGE, CONTRAST_ON_SAMPLE):
             matched = page.evaluate(MATCHED, [page.evaluate(run), list(PLANTS)])
             assert all(matched), f"{run}: a violation that was not planted"
@@ -184,13 +185,13 @@ LINK_PLANT = (
 
 @pytest.mark.parametrize("page_path", ["book/06_rope.html", "book/10_extension.html"])
 def test_link_sample_finds_what_the_whole_page_finds(page_path, browser, base_url):
-    """link-in-text-block runs on one link of each kind (see SAMPLE_CONTRAST_TARGETS): with links
+    """link-in-text-block runs on one link of each kind (see SAMPLE_TARGETS): with links
     planted that only their colour, close to the text's, tells from the text, the whole page and the
     sample both find every kind of plant, and neither finds anything else."""
     with open_page(browser, base_url, page_path) as page:
         page.evaluate(axe_script())
         page.evaluate(LINK_PLANT, LINK_PLANTS)
-        page.evaluate(SAMPLE_CONTRAST_TARGETS)
+        page.evaluate(SAMPLE_TARGETS)
         found = {}
         for run in (LINKS_ON_PAGE, LINKS_ON_SAMPLE):
             matched = page.evaluate(MATCHED, [page.evaluate(run), list(LINK_PLANTS)])
