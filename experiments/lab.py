@@ -36,8 +36,9 @@ Usage (from the repository root, with the project's venv; one thread per process
 
 An arm takes 5-15 minutes of one loaded core (``record.json`` has each arm's time); arms are
 independent, so they can run in separate processes. Outputs in ``experiments/lab/``:
-``results.csv`` (one row per scheme, task, seed and band, or passkey length and depth), ``record.json`` (the config, posenc's
-version and git commits, timings, final losses, the checkpoints' own accuracies),
+``results.csv`` (one row per scheme, task, seed and band, or passkey length and depth),
+``record.json`` (the config, posenc's version and git commits, timings, final losses, the
+checkpoints' own accuracies),
 ``parts/<task>-<scheme>.csv|json`` (one arm each) and ``checkpoints/<task>-<scheme>-seed0.pt``
 (float16 state dicts of the seed-0 models, about 0.2 MB each).
 """
