@@ -1,7 +1,11 @@
-"""Tests of posenc.plotting: the shared style is opaque, and the heatmap helper validates."""
+"""Tests of posenc.plotting: the shared style is opaque, and the heatmap helper validates; the
+book's figures have panels wide enough to read on a phone."""
 
+import ast
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import matplotlib
 
@@ -74,3 +78,44 @@ def test_plot_matrix_rejects_bad_input(matrix, kwargs, error, pattern):
             plot_matrix(ax, matrix, **kwargs)
     finally:
         plt.close(fig)
+
+
+# A figure is shown at the text column's width: about 358 CSS pixels on a phone, 750 on a desktop.
+# A row of eight panels in a 13-inch figure left each panel 45 pixels wide on a phone, its curves
+# and labels unreadable (chapter 9's accuracy and passkey figures, mended to grids of four
+# columns). Every figure of the book keeps at most four panels in a row, each at least 2.5 inches
+# of the figure's width (about 70 pixels on a phone, with 9-point labels in proportion).
+MAX_COLUMNS = 4
+MIN_PANEL_WIDTH_IN = 2.5
+
+
+def _subplot_calls():
+    """(notebook, cell index, columns, figure width in inches) of every plt.subplots call."""
+    chapters = sorted((Path(__file__).resolve().parents[1] / "book").glob("[0-9][0-9]_*.ipynb"))
+    for path in chapters:
+        cells = json.loads(path.read_text())["cells"]
+        for index, cell in enumerate(cells):
+            source = "".join(cell["source"])
+            if cell["cell_type"] != "code" or "subplots" not in source:
+                continue
+            lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+            for node in ast.walk(ast.parse("\n".join(lines))):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "subplots"):
+                    continue
+                args = [ast.literal_eval(a) for a in node.args]
+                keywords = {k.arg: k.value for k in node.keywords}
+                columns = args[1] if len(args) > 1 else ast.literal_eval(keywords.get("ncols", ast.Constant(1)))
+                size = keywords.get("figsize")
+                width = ast.literal_eval(size)[0] if size is not None else 6.4  # posenc.plotting's default
+                yield path.name, index, columns, width
+
+
+def test_figure_panels_are_wide_enough_to_read_on_a_phone():
+    calls = list(_subplot_calls())
+    assert len(calls) >= 20, calls  # the scan finds the book's figures
+    narrow = [
+        f"{name} cell {index}: {columns} columns in {width} in"
+        for name, index, columns, width in calls
+        if columns > MAX_COLUMNS or width / columns < MIN_PANEL_WIDTH_IN
+    ]
+    assert not narrow, narrow
