@@ -61,6 +61,7 @@ import torch
 import posenc
 from posenc import POSITION_SCHEMES, TinyTransformer, records
 from posenc.tasks import accuracy_per_position, passkey_accuracy, train
+from posenc.tasks import passkey_depths as depths_at
 
 # the seven schemes of the lab (posenc also registers iRoPE, chapter 8's variant)
 LAB_SCHEMES = tuple(scheme for scheme in POSITION_SCHEMES if scheme != "irope")
@@ -154,9 +155,8 @@ def bands(config: dict) -> list[tuple[int, int]]:
 
 
 def passkey_depths(config: dict, length: int) -> list[int]:
-    """The marker positions for the depth fractions: ``round(f * deepest)``, deepest = s - 2k - 2."""
-    deepest = length - 2 * config["passkey_key_length"] - 2
-    return [round(f * deepest) for f in config["passkey_depth_fractions"]]
+    """The marker positions for the record's depth fractions (posenc.tasks.passkey_depths)."""
+    return depths_at(length, config["passkey_depth_fractions"], key_length=config["passkey_key_length"])
 
 
 def evaluate(config: dict, model: TinyTransformer, scheme: str, task: str) -> list[dict]:

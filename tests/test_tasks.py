@@ -417,6 +417,7 @@ from posenc.tasks import (  # noqa: E402
     associative_recall_vocabulary,
     passkey_accuracy,
     passkey_batch,
+    passkey_depths,
     passkey_vocabulary,
 )
 
@@ -523,6 +524,38 @@ def test_passkey_accuracy_reads_each_depth():
         PasskeyOracle(16, 3, up_to=8), length=24, depths=(0, 8, 9, 16), vocab_size=16, seed=0, batch=16
     )
     assert shallow.tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_passkey_depths_span_the_first_token_to_just_before_the_query():
+    # length 32, key 3: the query at 28, the marker's last place 32 - 8 = 24 (marker + key end at 27)
+    assert passkey_depths(32, [0, 0.25, 0.5, 0.75, 1]) == [0, 6, 12, 18, 24]
+    assert passkey_depths(256, (0, 1), key_length=3) == [0, 248]
+    assert passkey_depths(10, [0.5], key_length=4) == [0]  # the shortest length: one place only
+    # the deepest depth is one passkey_batch accepts, one more is refused
+    for length, k in [(32, 3), (57, 2)]:
+        deepest = passkey_depths(length, [1], key_length=k)[0]
+        passkey_batch(torch.Generator().manual_seed(0), 1, length, vocab_size=16, key_length=k, depth=deepest)
+        with pytest.raises(ValueError, match="depth must be <="):
+            passkey_batch(torch.Generator().manual_seed(0), 1, length, vocab_size=16, key_length=k, depth=deepest + 1)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "pattern"),
+    [
+        ((7, [0.5]), {}, ValueError, "length must be >= 2 \\* key_length \\+ 2 = 8, got 7"),
+        ((32, [1.5]), {}, ValueError, "fractions\\[\\] must be in \\[0, 1\\].*got 1.5"),
+        ((32, [-0.1]), {}, ValueError, "got -0.1"),
+        ((32, []), {}, ValueError, "at least one fraction"),
+        ((32, 0.5), {}, TypeError, "fractions must be a sequence"),
+        ((32, "0.5"), {}, TypeError, "fractions must be a sequence"),
+        ((32, ["0.5"]), {}, TypeError, "fractions\\[\\] must be a real number"),
+        ((32.0, [0.5]), {}, TypeError, "length"),
+        ((32, [0.5]), {"key_length": 0}, ValueError, "key_length"),
+    ],
+)
+def test_passkey_depths_rejects_bad_input(args, kwargs, error, pattern):
+    with pytest.raises(error, match=pattern):
+        passkey_depths(*args, **kwargs)
 
 
 def test_associative_recall_accuracy_per_position_and_passkey_refusal():

@@ -52,6 +52,7 @@ __all__ = [
     "marker_recall_batch",
     "passkey_accuracy",
     "passkey_batch",
+    "passkey_depths",
     "passkey_vocabulary",
     "train",
 ]
@@ -606,6 +607,34 @@ def passkey_batch(
     if device is not None:
         tokens, targets, mask = tokens.to(device), targets.to(device), mask.to(device)
     return tokens, targets, mask
+
+
+def passkey_depths(length: int, fractions: object, *, key_length: int = 3) -> list[int]:
+    """The marker positions ``p = round(f * deepest)`` of a passkey read at the depth fractions ``f``.
+
+    ``deepest = length - 2 * key_length - 2`` is the last place where the marker and the key fit
+    before the query (:func:`passkey_batch`): ``f = 0`` hides the key at the first token, ``f = 1``
+    just before the query. ``round`` is Python's (halves to even), as the lab's record was made.
+    Raises ``TypeError`` for a non-integer length or key length or a fraction that is not a real
+    number, ``ValueError`` for a length too short for the key, or a fraction outside ``[0, 1]``.
+    """
+    key_length = check_int("key_length", key_length, minimum=1)
+    length = check_int("length", length, minimum=1)
+    shortest = 2 * key_length + 2  # marker + key, query + key
+    if length < shortest:
+        raise ValueError(f"length must be >= 2 * key_length + 2 = {shortest}, got {length}")
+    if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
+        raise TypeError(f"fractions must be a sequence of numbers in [0, 1], got {fractions!r}")
+    deepest = length - shortest
+    depths = []
+    for f in fractions:
+        f = check_real("fractions[]", f)
+        if not 0 <= f <= 1:
+            raise ValueError(f"fractions[] must be in [0, 1] (0: the first token, 1: before the query), got {f:g}")
+        depths.append(round(f * deepest))
+    if not depths:
+        raise ValueError("fractions must hold at least one fraction, got none")
+    return depths
 
 
 @torch.no_grad()
