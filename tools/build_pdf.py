@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import html as html_lib
 import io
+import json
 import logging
 import re
 import shutil
@@ -44,6 +45,8 @@ SITE_COPY = ROOT / "_build" / "html" / PDF_NAME
 # download menu of each page offers its own (book/_ext/site_files.py links pdf/<name>.pdf).
 CHAPTERS = ROOT / "_build" / "pdf" / "chapters"
 SITE_CHAPTERS = ROOT / "_build" / "html" / "pdf"
+# What the printing measured of its own layout, for tests/pdf to check (print_pdf writes it).
+PRINT_LAYOUT = ROOT / "_build" / "pdf" / "print-layout.json"
 PRINT_PAGE = "print.html"
 sys.path.insert(0, str(ROOT / "tests" / "site"))
 from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the browser tests' own settings
@@ -383,6 +386,21 @@ def settled(marks: list[Mark]) -> list[Mark]:
     return [Mark(m.page + 1, m.left, None) if m.top is not None and m.top < FOOT + 6 else m for m in marks]
 
 
+# Every numbered display equation as printed: is its number to the right of its typeset formula, on
+# the same line? (On a narrow screen book.css moves the number above the formula; that rule once
+# applied on paper too, since the A4 text width, 673 px, is under its 48em.) Measured here, on the
+# page being printed, rather than by loading every chapter again at that width in the browser tests.
+EQUATION_NUMBERS = """
+() => Array.from(document.querySelectorAll('article.bd-article div.math')).flatMap(div => {
+  const number = div.querySelector('span.eqno'), formula = div.querySelector('mjx-container');
+  if (!number || !formula) return [];
+  const n = number.getBoundingClientRect(), f = formula.getBoundingClientRect();
+  return [{label: number.innerText.trim(), besideFormula: n.left >= f.left + 0.5 * f.width
+                                                       && n.top < f.bottom && n.bottom > f.top}];
+})
+"""
+
+
 def print_pdf(page_file: Path) -> None:
     from playwright.sync_api import sync_playwright
     from pypdf import PdfReader
@@ -442,6 +460,12 @@ def print_pdf(page_file: Path) -> None:
                  return still.decode();
                }))"""
         )
+        layout = {
+            "width": page.evaluate("window.innerWidth"),
+            "media_print": page.evaluate("matchMedia('print').matches"),
+            "numbered_in_html": page.evaluate("document.querySelectorAll('span.eqno').length"),
+            "equation_numbers": page.evaluate(EQUATION_NUMBERS),
+        }
         page.evaluate(SITE_LINKS, site_url())
         headings = page.evaluate(HEADINGS)
         entries = contents_entries(headings)
@@ -475,6 +499,8 @@ def print_pdf(page_file: Path) -> None:
     if len(marks) != len(headings):
         raise SystemExit(f"error: the PDF outline has {len(marks)} entries for {len(headings)} headings")
     write_edition(reader, headings, settled(marks), entries, headers)
+    # written after the PDF, so that a layout file older than the PDF is one from an earlier printing
+    PRINT_LAYOUT.write_text(json.dumps(layout, ensure_ascii=False, indent=1) + "\n")
 
 
 def chapter_docs() -> list[str | None]:

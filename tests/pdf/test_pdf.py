@@ -8,6 +8,7 @@ under _build/screenshots/ for review by eye.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -394,6 +395,24 @@ def misshapen_images(path: Path, tolerance: float = 0.01) -> list[str]:
             if abs(placed / natural - 1) > tolerance:
                 faults.append(f"page {index + 1}: a {width_px}x{height_px} image placed at ratio {placed:.3f}")
     return faults
+
+
+def test_equation_numbers_stand_beside_their_equations_in_print():
+    """On paper each equation's number sits to the right of its formula, on the same line. On a
+    narrow screen book.css moves it above the formula; that rule used to apply on paper too, since
+    an A4 page's text (673 px) is narrower than the rule's 48em. tools/build_pdf.py measures every
+    numbered equation on the page it prints, at that width and with print media."""
+    layout_file = PDF.parent / "print-layout.json"
+    if not layout_file.is_file() or layout_file.stat().st_mtime < PDF.stat().st_mtime:
+        pytest.fail(f"{layout_file} is missing or older than the PDF: run make pdf")
+    layout = json.loads(layout_file.read_text())
+    assert layout["width"] == 673 and layout["media_print"], layout  # A4 less the margins, printing
+    numbers = layout["equation_numbers"]
+    # every numbered equation of the book's pages was measured (the site's own pages count them)
+    site_numbers = sum(p.read_text().count('class="eqno"') for p in (ROOT / "_build" / "html" / "book").glob("*.html"))
+    assert len(numbers) == layout["numbered_in_html"] == site_numbers > 0, (len(numbers), site_numbers)
+    faults = [e["label"] for e in numbers if not e["besideFormula"]]
+    assert not faults, f"{len(faults)} of {len(numbers)} equation numbers not beside their equation on paper: {faults}"
 
 
 def test_figures_keep_their_shape_in_the_pdf():

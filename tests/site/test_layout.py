@@ -148,38 +148,6 @@ def test_figures_keep_their_aspect_ratio(width, media, measured):
     )
 
 
-# Every numbered display equation: where its number sits against the typeset formula.
-EQUATION_NUMBERS = """
-() => Array.from(document.querySelectorAll('article.bd-article div.math')).flatMap(div => {
-  const number = div.querySelector('span.eqno'), formula = div.querySelector('mjx-container');
-  if (!number || !formula) return [];
-  const n = number.getBoundingClientRect(), f = formula.getBoundingClientRect();
-  return [{label: number.innerText.trim(), besideFormula: n.left >= f.left + 0.5 * f.width
-                                                       && n.top < f.bottom && n.bottom > f.top}];
-})
-"""
-
-
-def test_equation_numbers_stand_beside_their_equations_in_print(browser, base_url):
-    """On paper the number sits to the right of its equation, on the same line. On a narrow screen
-    it moves above it (book.css); that rule used to apply on paper too, since an A4 page's text
-    (673 px, the window the PDF edition is printed from) is narrower than the rule's 48em."""
-    faults, seen = [], 0
-    for chapter in CHAPTERS:
-        if 'class="eqno"' not in (SITE / chapter).read_text():
-            continue
-        with open_page(browser, base_url, chapter, A4) as page:
-            page.emulate_media(media="print")
-            page.wait_for_timeout(100)
-            numbers = page.evaluate(EQUATION_NUMBERS)
-        seen += len(numbers)
-        faults += [f"{chapter}: {e['label']}" for e in numbers if not e["besideFormula"]]
-    assert seen, "no numbered equations found"
-    assert not faults, f"{len(faults)} of {seen} equation numbers not beside their equation on paper:\n" + "\n".join(
-        faults[:20]
-    )
-
-
 # --- 3. Korean line breaking -----------------------------------------------------------------------
 
 # For every text node of the article's prose: the places where a line break falls between two
