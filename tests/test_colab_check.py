@@ -124,6 +124,39 @@ def test_a_derived_venv_keeps_what_its_requirements_need_and_nothing_else():
     assert "ipywidgets" in orphans("tqdm") and "ipywidgets" not in orphans("tqdm[notebook]")
 
 
+def test_a_venv_copy_runs_its_own_python_and_leaves_the_original_as_it_was(tmp_path):
+    """hard_link_copy: files are hard links, but a console script that starts the original venv's
+    Python is replaced, in the copy only, by one that starts the copy's."""
+    root, copy = tmp_path / "venv", tmp_path / "copy"
+    (root / "bin").mkdir(parents=True)
+    (root / "bin" / "python").symlink_to(sys.executable)
+    tool = root / "bin" / "tool"
+    tool.write_bytes(f"#!{root}/bin/python\nimport sys\n".encode())
+    tool.chmod(0o755)
+    other = root / "bin" / "other"
+    other.write_bytes(b"#!/usr/bin/env python\n")
+    (root / "lib").mkdir()
+    (root / "lib" / "module.py").write_text("x = 1\n")
+    colab_check.hard_link_copy(root, copy)
+    assert (copy / "bin" / "tool").read_bytes() == f"#!{copy}/bin/python\nimport sys\n".encode()
+    assert (copy / "bin" / "tool").stat().st_mode & 0o777 == 0o755
+    assert tool.read_bytes() == f"#!{root}/bin/python\nimport sys\n".encode()  # the original is untouched
+    assert (copy / "bin" / "other").samefile(other) and (copy / "lib" / "module.py").samefile(
+        root / "lib" / "module.py"
+    )
+    assert (copy / "bin" / "python").is_symlink()
+
+
+def test_the_first_venv_is_made_from_the_books_venv_only_when_there_is_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(colab_check, "BOOK_VENV", tmp_path / "missing")
+    assert colab_check.book_venv_build() is None
+    assert colab_check.venv_from_book("tf5", sys.executable, fresh=False) is None
+    # make setup's venv (this one, when the tests run from it) is recognised by its stamp
+    monkeypatch.setattr(colab_check, "BOOK_VENV", colab_check.ROOT / ".venv")
+    if (colab_check.ROOT / ".venv" / ".installed").is_file():
+        assert colab_check.book_venv_build() is not None
+
+
 def test_the_venvs_are_where_the_book_build_does_not_look_for_sources():
     """sphinx-external-toc globs every folder of the repository (the book's source folder) for sources
     at each build, and glob skips hidden folders only: the venvs' 350,000 files must be in one."""
