@@ -646,3 +646,22 @@ def test_a_module_built_on_the_meta_device_materialises_with_the_right_frequenci
         meta = RotaryEmbedding(8, max_positions=10, base=500.0)
     materialised = meta.to_empty(device="cpu")
     assert torch.equal(materialised.inv_freq, RotaryEmbedding(8, max_positions=10, base=500.0).inv_freq)
+
+
+def test_transformers_computes_the_angles_in_float32_for_a_bfloat16_model():
+    """What chapter 11 and the summary say of transformers: for a bfloat16 model, LlamaRotaryEmbedding
+    computes the angles m * theta_i and their cos and sin in float32, and only then casts them to the
+    model's dtype (as posenc does); angles computed in bfloat16 would be off by radians at 10^5."""
+    config = _tf("LlamaConfig")(hidden_size=64, num_attention_heads=1, head_dim=64, max_position_embeddings=4096)
+    rotary = _tf("models.llama.modeling_llama").LlamaRotaryEmbedding(config)
+    positions = torch.arange(100_000, 100_064)
+    x = torch.zeros(1, len(positions), 64, dtype=torch.bfloat16)
+    cos, sin = rotary(x, positions[None])
+    assert cos.dtype == sin.dtype == torch.bfloat16
+    inv_freq, _ = rope_inv_freq(64)  # base 10^4, LlamaConfig's default
+    ours_cos, ours_sin = rope_cos_sin(positions, inv_freq)  # float32, (s, d/2)
+    ulp = 2.0**-8  # bfloat16's spacing just below 1
+    torch.testing.assert_close(cos[0].float(), torch.cat([ours_cos, ours_cos], -1).bfloat16().float(), atol=ulp, rtol=0)
+    torch.testing.assert_close(sin[0].float(), torch.cat([ours_sin, ours_sin], -1).bfloat16().float(), atol=ulp, rtol=0)
+    angles_bf16 = positions.bfloat16()[:, None] * inv_freq.bfloat16()  # what it does not do
+    assert (angles_bf16.float().cos() - ours_cos).abs().max() > 0.5
