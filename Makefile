@@ -127,12 +127,12 @@ execute: $(STAMP)
 # Every notebook of the committed HEAD as a Colab reader runs it (tools/colab_check.py): a fresh
 # kernel in an empty folder, its set-up cell installing posenc with pip from a local clone of the
 # repository, in three venvs of the newest releases (never the pins above): transformers 5.x,
-# 4.x and none. The venvs live in _build/colab-check/.venvs and are reused while their
-# requirements are unchanged; the table goes to _build/colab-check/report.md. Not part of
-# `make test` (about 7½ minutes more on 2 cores); .ci/run runs it after `make test`, and weekly
-# .github/workflows/colab.yml in Colab's runtime image. Options: make colab-check
-# COLAB_CHECK_FLAGS="--env tf4 --notebooks rope" (parts of notebook names); --fresh rebuilds the
-# venvs with the then-newest releases.
+# 4.x and none; the first is made from .venv (--from-pypi: from PyPI). The venvs live in
+# _build/colab-check/.venvs and are reused while their requirements are unchanged; the table goes
+# to _build/colab-check/report.md. Not part of `make test` (about 5½ minutes more on 2 cores from a
+# fresh clone); .ci/run runs it after `make test`, and weekly .github/workflows/colab.yml in
+# Colab's runtime image. Options: make colab-check COLAB_CHECK_FLAGS="--env tf4 --notebooks rope"
+# (parts of notebook names); --fresh rebuilds the venvs with the then-newest releases.
 COLAB_CHECK_FLAGS ?=
 colab-check: $(STAMP)
 	$(FAST_MALLOC) $(BIN)/python tools/colab_check.py --python $(PYTHON) $(COLAB_CHECK_FLAGS)
