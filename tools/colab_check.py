@@ -316,19 +316,26 @@ def venv_from_book(name: str, base_python: str, fresh: bool) -> Path | None:
         f" {' '.join(wanted['requirements'])}",
         flush=True,
     )
-    shutil.rmtree(root, ignore_errors=True)
-    hard_link_copy(BOOK_VENV, root)
-    python = root / "bin" / "python"
-    run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
     # eager: every dependency of the requirements to its newest fitting release, as a fresh install
-    # resolves it (the book's pins are older)
-    run(
-        [python, "-m", "pip", "install", "--quiet", "--upgrade", "--upgrade-strategy", "eager", *wanted["requirements"]]
-    )
+    # resolves it (the book's pins are older); the orphans are posenc and the toolchain (Sphinx,
+    # pytest, ...) with what only they needed
+    eager = ["--upgrade", "--upgrade-strategy", "eager", *wanted["requirements"]]
+    return copied_venv(BOOK_VENV, root, wanted, [["--upgrade", "pip"], eager])
+
+
+def copied_venv(source: Path, root: Path, wanted: dict, installs: list[list[str]]) -> Path:
+    """`root` made anew as a hard-linked copy of the venv `source`, then each of `installs` given to
+    pip install in turn, then every distribution uninstalled that none of `wanted`'s requirements
+    needs (ORPHANS); returns its Python."""
+    shutil.rmtree(root, ignore_errors=True)
+    hard_link_copy(source, root)
+    python = root / "bin" / "python"
+    for arguments in installs:
+        run([python, "-m", "pip", "install", "--quiet", *arguments])
     orphans = json.loads(
         run([python, "-I", "-c", ORPHANS, json.dumps(wanted["requirements"])], cwd=tempfile.gettempdir())
     )
-    if orphans:  # posenc, the toolchain (Sphinx, pytest, ...), and what only they needed
+    if orphans:
         run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *orphans])
     return finish_venv(root, wanted)
 
@@ -374,17 +381,7 @@ def derive_venv(name: str, source_python: Path, base_python: str, fresh: bool) -
     print(
         f"[{name}] creating {root.relative_to(ROOT)} from {source.name}: {' '.join(wanted['requirements'])}", flush=True
     )
-    shutil.rmtree(root, ignore_errors=True)
-    hard_link_copy(source, root)
-    python = root / "bin" / "python"
-    if requirements(name):
-        run([python, "-m", "pip", "install", "--quiet", *requirements(name)])
-    orphans = json.loads(
-        run([python, "-I", "-c", ORPHANS, json.dumps(wanted["requirements"])], cwd=tempfile.gettempdir())
-    )
-    if orphans:
-        run([python, "-m", "pip", "uninstall", "--quiet", "--yes", *orphans])
-    return finish_venv(root, wanted)
+    return copied_venv(source, root, wanted, [requirements(name)] if requirements(name) else [])
 
 
 BUILD_ID = "colab-check.build"  # which build of a venv its copies were made from
