@@ -15,7 +15,15 @@ notebook reads:
   from one pass of length ``L_0``, and beyond it every ``2 alpha``-th position only (``sampled``);
 * **fine-tuning**: the base model of each seed with no scaling, PI and YaRN at ``alpha = 2``, 150 more
   steps of batch 16 at lr 2e-3 on sequences of length ``2 L_0``, batches drawn from seed ``100 + s``;
-  then evaluated at length ``2 L_0``.
+  then evaluated at length ``2 L_0``;
+* **two more tasks, the same seven methods**: five RoPE models of the same shape and base per task,
+  trained as ``experiments/lab.py`` trains its arms of the task: **lag copy** (lag 3, exact offset;
+  600 steps at lr 5e-3) and the **passkey** (a 3-digit key after a marker, hidden in filler at a
+  depth; 2000 steps at lr 2e-3). Lag copy is read per query position of ``alpha * L_0`` like marker
+  recall (dynamic NTK per prefix at :func:`sampled` positions beyond ``L_0``); the passkey at the
+  length ``alpha * L_0`` with the key at the depth fractions 0, 1/4, 1/2, 3/4, 1
+  (``posenc.tasks.passkey_depths``), each digit's prediction read, for dynamic NTK, from its own
+  prefix.
 
 Every model is **rounded to float16 before it is evaluated** (the record's accuracies are those of
 the rounded models) and the fine-tuning starts from the rounded base model: re-evaluating a saved
@@ -24,18 +32,24 @@ checkpoint reproduces the record up to the CPU's summation order, which can flip
 Usage (from the repository root, with the project's venv; one thread)::
 
     python experiments/extension.py --record          # train, evaluate, write experiments/extension/
+    python experiments/extension.py --record --tasks lag_copy,passkey  # only these; keep the rest
+    python experiments/extension.py --rerun           # train marker recall again: rerun.csv, rerun.json
     python experiments/extension.py --check           # re-evaluate every checkpoint against the record
     python experiments/extension.py --compare         # re-run --record into a temporary folder and
                                                       # compare its numbers with the stored record
 
 Outputs in ``experiments/extension/``: ``results.csv`` (one row per stage, method, alpha, seed and
-position with a measured accuracy), ``record.json`` (the config, posenc's version, the git commit,
-torch's version, the timings, the final losses, the checkpoints) and ``checkpoints/`` (float16 state
-dicts of the five base models and of the three fine-tuned seed-0 models, about 0.2 MB each).
+position with a measured accuracy; stage ``base`` is marker recall, ``fine_tuned`` its fine-tuned
+models, ``lag_copy`` and ``passkey`` the two other tasks; a passkey row's ``position`` is the key's
+depth), ``record.json`` (the config, posenc's version, the git commit, torch's version, the timings,
+the final losses, the checkpoints) and ``checkpoints/`` (float16 state dicts of the five base models,
+of the three fine-tuned seed-0 models and of seed 0's lag-copy and passkey models, about 0.2 MB
+each).
 
 Tolerance (:data:`TOLERANCE`): a re-evaluated checkpoint, or a re-run, matches the record when the
 mean accuracy of every band (inside ``L_0``: ``2 <= m < L_0``; beyond it: the measured ``m >= L_0``)
-of every stage, method, alpha and seed is within 1 percentage point of the recorded one.
+of every stage, method, alpha and seed, and the passkey accuracy at every depth, is within 1
+percentage point of the recorded one.
 """
 
 from __future__ import annotations
@@ -55,7 +69,15 @@ import torch
 
 import posenc
 from posenc import EXTENSION_METHODS, TinyTransformer, extension_settings, records, with_rope_scaling
-from posenc.tasks import accuracy_per_position, marker_recall_batch
+from posenc.tasks import (
+    accuracy_per_position,
+    lag_copy_batch,
+    lag_copy_targets,
+    marker_recall_batch,
+    passkey_accuracy,
+    passkey_batch,
+    passkey_depths,
+)
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "extension"
@@ -76,14 +98,22 @@ CONFIG = {
     "batch": 32,
     "lr": 2e-3,
     "seeds": [0, 1, 2, 3, 4],
-    "tasks": {"marker_recall": {"min_len": 3}},
+    "tasks": {
+        "marker_recall": {"min_len": 3},
+        # the two other tasks, trained as experiments/lab.py trains them (its CONFIG["tasks"])
+        "lag_copy": {"lag": 3, "min_len": 4, "steps": 600, "lr": 5e-3},
+        "passkey": {"min_len": 8, "steps": 2000, "lr": 2e-3},
+    },
+    "other_tasks": ["lag_copy", "passkey"],  # stages of their own, the seven methods at every alpha
+    "passkey_depth_fractions": [0.0, 0.25, 0.5, 0.75, 1.0],
+    "passkey_key_length": 3,
     "factors": [2, 4, 8],
     "methods": list(METHODS),
     "eval_seed": 1000,
     "eval_batch": 128,
     "fine_tune": {"factor": 2, "steps": 150, "batch": 16, "lr": 2e-3, "seed_offset": 100},
     "fine_tune_methods": ["none", "PI", "YaRN"],
-    "checkpoint_seeds": {"base": [0, 1, 2, 3, 4], "fine_tuned": [0]},
+    "checkpoint_seeds": {"base": [0, 1, 2, 3, 4], "fine_tuned": [0], "lag_copy": [0], "passkey": [0]},
     "checkpoint_dtype": "float16",
 }
 
@@ -128,46 +158,110 @@ def sampled(config: dict, alpha: int) -> list[int]:
     return list(range(L0 - 1 + 2 * alpha, alpha * L0, 2 * alpha))
 
 
-def per_position(config: dict, model: TinyTransformer, length: int) -> torch.Tensor:
+def per_position(config: dict, model: TinyTransformer, length: int, task: str = "marker_recall") -> torch.Tensor:
     """Accuracy at each position of the record's evaluation sequences (one causal pass). ``(length,)``."""
     return accuracy_per_position(
         model,
         length=length,
         vocab_size=config["vocab_size"],
         seed=config["eval_seed"],
-        task="marker_recall",
+        task=task,
+        lag=config["tasks"][task].get("lag"),
         batch=config["eval_batch"],
     )
 
 
+def task_batch(config: dict, task: str, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The evaluation sequences of :func:`per_position` and their targets (``-100``: none). ``(b, s)`` each."""
+    generator = torch.Generator().manual_seed(config["eval_seed"])  # the sequences of per_position
+    batch, vocab = config["eval_batch"], config["vocab_size"]
+    if task == "lag_copy":
+        tokens, _, _ = lag_copy_batch(generator, batch, length, vocab_size=vocab, lag=config["tasks"][task]["lag"])
+        targets, mask = lag_copy_targets(tokens, lag=config["tasks"][task]["lag"])
+        return tokens, targets.masked_fill(~mask, -100)
+    tokens, targets, _ = marker_recall_batch(generator, batch, length, vocab_size=vocab, marker_at=0)
+    return tokens, targets
+
+
 @torch.no_grad()
-def per_position_dynamic(config: dict, model: TinyTransformer, length: int) -> torch.Tensor:
+def per_position_dynamic(
+    config: dict, model: TinyTransformer, length: int, task: str = "marker_recall"
+) -> torch.Tensor:
     """As :func:`per_position`, but the prediction at ``m`` comes from the prefix ``0..m`` (dynamic NTK).
 
     Inside ``L_0`` one pass of length ``L_0`` (dynamic NTK leaves it unchanged); beyond, only the
     positions of :func:`sampled` (NaN elsewhere). Shapes: returns ``(length,)`` float32.
     """
     L0 = config["train_len"]
-    generator = torch.Generator().manual_seed(config["eval_seed"])  # the sequences of per_position
-    tokens, targets, _ = marker_recall_batch(
-        generator, config["eval_batch"], length, vocab_size=config["vocab_size"], marker_at=0
-    )
+    first = config["tasks"][task].get("lag", 2)  # the first position with a target (marker recall: 2)
+    tokens, targets = task_batch(config, task, length)
     result = torch.full((length,), math.nan)
     hits = model(tokens[:, :L0]).argmax(-1) == targets[:, :L0]  # (b, L_0)
-    result[2:L0] = hits[:, 2:].float().mean(0)
+    result[first:L0] = hits[:, first:].float().mean(0)
     for m in sampled(config, length // L0):
         last = model(tokens[:, : m + 1])[:, -1].argmax(-1)  # (b,)
         result[m] = (last == targets[:, m]).float().mean()
     return result
 
 
-def evaluate(config: dict, model: TinyTransformer, method: str, alpha: int) -> torch.Tensor:
-    """``model`` extended by ``method`` to ``alpha * L_0``: accuracy per position, ``(alpha * L_0,)``."""
+def passkey_depths_of(config: dict, length: int) -> list[int]:
+    """The key's positions for the record's depth fractions (``posenc.tasks.passkey_depths``)."""
+    return passkey_depths(length, config["passkey_depth_fractions"], key_length=config["passkey_key_length"])
+
+
+@torch.no_grad()
+def passkey_dynamic(config: dict, model: TinyTransformer, length: int) -> torch.Tensor:
+    """As ``posenc.tasks.passkey_accuracy``, each digit predicted from its own prefix (dynamic NTK).
+
+    The same sequences (a fresh generator from ``eval_seed`` per depth); the ``k`` digits are asked
+    at ``q .. q + k - 1`` with ``q = length - k - 1``: one pass of each prefix ``0..q + j``.
+    Returns ``(depths,)`` float32.
+    """
+    k = config["passkey_key_length"]
+    query = length - k - 1
+    result = []
+    for depth in passkey_depths_of(config, length):
+        generator = torch.Generator().manual_seed(config["eval_seed"])
+        tokens, targets, _ = passkey_batch(
+            generator, config["eval_batch"], length, vocab_size=config["vocab_size"], key_length=k, depth=depth
+        )
+        hits = [
+            model(tokens[:, : query + j + 1])[:, -1].argmax(-1) == targets[:, query + j] for j in range(k)
+        ]  # k x (b,)
+        result.append(torch.stack(hits).float().mean())
+    return torch.stack(result)
+
+
+def evaluate(
+    config: dict, model: TinyTransformer, method: str, alpha: int, task: str = "marker_recall"
+) -> torch.Tensor:
+    """``model`` extended by ``method`` to ``alpha * L_0``, read on ``task``.
+
+    Marker recall and lag copy: accuracy per position, ``(alpha * L_0,)`` (NaN where not measured);
+    the passkey: a tensor of ``alpha * L_0`` NaNs holding the accuracy at each depth's position.
+    """
     scaled = extended(config, model, method, alpha)
     length = alpha * config["train_len"]
+    if task == "passkey":
+        depths = passkey_depths_of(config, length)
+        if method == "dynamic NTK":
+            accuracies = passkey_dynamic(config, scaled, length)
+        else:
+            accuracies = passkey_accuracy(
+                scaled,
+                length=length,
+                depths=depths,
+                vocab_size=config["vocab_size"],
+                seed=config["eval_seed"],
+                key_length=config["passkey_key_length"],
+                batch=config["eval_batch"],
+            )
+        result = torch.full((length,), math.nan)
+        result[depths] = accuracies
+        return result
     if method == "dynamic NTK":
-        return per_position_dynamic(config, scaled, length)
-    return per_position(config, scaled, length)
+        return per_position_dynamic(config, scaled, length, task)
+    return per_position(config, scaled, length, task)
 
 
 def fine_tune(config: dict, base: TinyTransformer, method: str, seed: int, lab) -> tuple[TinyTransformer, float]:
@@ -190,7 +284,9 @@ def fine_tune(config: dict, base: TinyTransformer, method: str, seed: int, lab) 
 
 
 def checkpoint_name(stage: str, method: str, seed: int) -> str:
-    return f"base-seed{seed}.pt" if stage == "base" else f"fine_tuned-{method.replace(' ', '_')}-seed{seed}.pt"
+    if stage == "fine_tuned":
+        return f"fine_tuned-{method.replace(' ', '_')}-seed{seed}.pt"
+    return f"{stage}-seed{seed}.pt"  # base (marker recall), lag_copy, passkey
 
 
 def load_checkpoint(config: dict, path: Path, method: str | None = None) -> TinyTransformer:
@@ -210,13 +306,48 @@ def rows_of(stage: str, method: str, alpha: int, seed: int, accuracy: torch.Tens
     ]
 
 
-def record(config: dict, out: Path) -> None:
-    """Train, evaluate and fine-tune everything; write ``results.csv``, ``record.json`` and checkpoints."""
+def stages_of(task: str) -> tuple[str, ...]:
+    """The stages of ``results.csv`` that one task's run writes (marker recall: base and fine-tuned)."""
+    return ("base", "fine_tuned") if task == "marker_recall" else (task,)
+
+
+def record(config: dict, out: Path, tasks: list[str] | None = None) -> None:
+    """Train, evaluate and fine-tune; write ``results.csv``, ``record.json`` and checkpoints.
+
+    ``tasks``: all (``None``: marker recall, with its fine-tuning, then :data:`CONFIG`'s
+    ``other_tasks``) or some of them; then the stages of the other tasks are kept from the record
+    already in ``out`` (rows, losses, timings, checkpoints), and ``record.json`` lists each run
+    (``runs``: its tasks, git commit, versions and seconds). Every task trains from its own seeds,
+    so a task's rows do not depend on which others run with it.
+    """
+    every = ["marker_recall", *config["other_tasks"]]
+    tasks = every if tasks is None else tasks
+    if not tasks or any(task not in every for task in tasks):
+        raise ValueError(f"tasks must be some of {every}, got {tasks!r}")
     lab = load_lab()
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     rows, losses, timings, checkpoints = [], {}, {}, {}
+    runs = []
+    written = {stage for task in tasks for stage in stages_of(task)}
+    if set(tasks) != set(every) and (out / "record.json").exists():  # keep the other tasks' stages
+        old = json.loads((out / "record.json").read_text())
+        with open(out / "results.csv", newline="") as handle:
+            rows = [row for row in csv.DictReader(handle) if row["stage"] not in written]
+
+        def kept(table: dict) -> dict:
+            return {k: v for k, v in table.items() if k.split("/")[0] not in written}
+
+        losses, timings, checkpoints = kept(old["final_loss"]), kept(old["timings"]), kept(old["checkpoints"])
+        earlier = old.get("runs") or [
+            {key: old[key] for key in ("posenc_version", "git_commit", "torch_version", "total_seconds")}
+            | {"tasks": ["marker_recall"]}
+        ]
+        for run in earlier:
+            left = [task for task in run["tasks"] if task not in tasks]
+            if left:
+                runs.append({**run, "tasks": left})
 
     def save(stage: str, method: str, seed: int, model: TinyTransformer) -> None:
         path = out / "checkpoints" / checkpoint_name(stage, method, seed)
@@ -224,7 +355,7 @@ def record(config: dict, out: Path) -> None:
         checkpoints[f"{stage}/{method}/{seed}"] = {"path": str(path.relative_to(out)), "bytes": path.stat().st_size}
 
     bases = {}
-    for seed in config["seeds"]:
+    for seed in config["seeds"] if "marker_recall" in tasks else ():
         tick = time.perf_counter()
         model = make_model(config, seed)
         loss = lab.train_on_task(model, config, "marker_recall", seed)
@@ -244,7 +375,7 @@ def record(config: dict, out: Path) -> None:
             f"[{time.perf_counter() - started:6.0f} s] base seed {seed}: loss {losses[f'base/{seed}']:.3f}", flush=True
         )
     factor = config["fine_tune"]["factor"]
-    for method in config["fine_tune_methods"]:
+    for method in config["fine_tune_methods"] if "marker_recall" in tasks else ():
         for seed in config["seeds"]:
             tick = time.perf_counter()
             model, loss = fine_tune(config, bases[seed], method, seed, lab)
@@ -262,10 +393,40 @@ def record(config: dict, out: Path) -> None:
             print(
                 f"[{time.perf_counter() - started:6.0f} s] fine-tuned {method} seed {seed}: loss {loss:.3f}", flush=True
             )
+    for task in [task for task in config["other_tasks"] if task in tasks]:
+        for seed in config["seeds"]:
+            tick = time.perf_counter()
+            model = make_model(config, seed)
+            loss = lab.train_on_task(model, config, task, seed)
+            model = records.round_to_checkpoint(model).eval()
+            trained = time.perf_counter() - tick
+            for alpha in config["factors"]:
+                for method in config["methods"]:
+                    rows += rows_of(task, method, alpha, seed, evaluate(config, model, method, alpha, task))
+            losses[f"{task}/{seed}"] = round(float(loss[-50:].mean()), 6)
+            timings[f"{task}/{seed}"] = {
+                "train_s": round(trained, 1),
+                "eval_s": round(time.perf_counter() - tick - trained, 1),
+            }
+            if seed in config["checkpoint_seeds"][task]:
+                save(task, "none", seed, model)
+            print(
+                f"[{time.perf_counter() - started:6.0f} s] {task} seed {seed}: loss {losses[f'{task}/{seed}']:.3f}",
+                flush=True,
+            )
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
+    runs.append(
+        {
+            "tasks": list(tasks),
+            "posenc_version": posenc.__version__,
+            "git_commit": lab.git_commit(),
+            "torch_version": torch.__version__,
+            "total_seconds": round(time.perf_counter() - started, 1),
+        }
+    )
     meta = {
         "config": config,
         "posenc_version": posenc.__version__,
@@ -275,7 +436,8 @@ def record(config: dict, out: Path) -> None:
         "machine": platform.machine(),
         "threads": 1,
         "tolerance": TOLERANCE,
-        "total_seconds": round(time.perf_counter() - started, 1),
+        "runs": runs,  # the latest last; together they wrote every stage
+        "total_seconds": round(sum(run["total_seconds"] for run in runs), 1),
         "final_loss": losses,
         "timings": timings,
         "checkpoints": checkpoints,
@@ -303,12 +465,16 @@ def band_means(config: dict, curves: dict) -> dict[tuple, float]:
 
     Inside: the positions ``m < L_0`` (``m >= 2``); beyond: the measured positions ``m >= L_0``.
     ``curves`` maps ``(stage, method, alpha, seed)`` to ``{position: accuracy}`` or to a tensor.
+    The passkey (stage ``passkey``) has no bands: each depth is its own entry, ``"depth p"``.
     """
     L0 = config["train_len"]
     out = {}
     for key, curve in curves.items():
         if isinstance(curve, torch.Tensor):
             curve = {m: float(a) for m, a in enumerate(curve.tolist()) if not math.isnan(a)}
+        if key[0] == "passkey":
+            out.update({(*key, f"depth {p}"): a for p, a in curve.items()})
+            continue
         for band, keep in (("inside", lambda m: m < L0), ("beyond", lambda m: m >= L0)):
             values = [a for m, a in curve.items() if keep(m)]
             out[(*key, band)] = sum(values) / len(values) if values else math.nan
@@ -330,11 +496,12 @@ def check(config: dict, out: Path = OUT) -> int:
         seed = int(seed)
         path = out / saved["path"]
         now = {}
-        if stage == "base":
+        if stage != "fine_tuned":  # marker recall (base), lag copy, the passkey
             model = load_checkpoint(config, path)
+            task = "marker_recall" if stage == "base" else stage
             for alpha in config["factors"]:
                 for m in config["methods"]:
-                    now[stage, m, alpha, seed] = evaluate(config, model, m, alpha)
+                    now[stage, m, alpha, seed] = evaluate(config, model, m, alpha, task)
         else:
             factor = config["fine_tune"]["factor"]
             model = load_checkpoint(config, path, method)
@@ -363,19 +530,95 @@ def compare(config: dict, out: Path = OUT, tolerance: float = TOLERANCE) -> int:
     return 1 if problems else 0
 
 
+RERUN_FIELDS = ("stage", "method", "alpha", "seed", "band", "accuracy")
+
+
+def rerun_bands(config: dict, curves: dict) -> list[dict]:
+    """The band means chapter 10 compares, one row per curve and band, for ``rerun.csv``.
+
+    ``inside``: ``2 <= m < L_0``; ``beyond``: the :func:`sampled` positions (the chapter's table and
+    verdicts without fine-tuning); ``beyond_all``: every measured ``m >= L_0``. ``curves`` maps
+    ``(stage, method, alpha, seed)`` to ``{position: accuracy}``.
+    """
+    L0 = config["train_len"]
+    rows = []
+    for (stage, method, alpha, seed), curve in sorted(curves.items()):
+        bands = {
+            "inside": [a for m, a in curve.items() if 2 <= m < L0],
+            "beyond": [curve[m] for m in sampled(config, alpha)],
+            "beyond_all": [a for m, a in curve.items() if m >= L0],
+        }
+        for band, values in bands.items():
+            mean = sum(values) / len(values)
+            rows.append(dict(stage=stage, method=method, alpha=alpha, seed=seed, band=band, accuracy=repr(mean)))
+    return rows
+
+
+def rerun(config: dict, out: Path = OUT) -> None:
+    """Train marker recall again from scratch (base and fine-tuned models); write its band means.
+
+    The record's checkpoints re-evaluate to the record's numbers, but training them again need not
+    give the same weights: 1000 steps amplify any change in the order of floating-point sums (another
+    CPU, another build of torch or of its BLAS). This re-run is the same experiment with the same
+    seeds, trained again; ``rerun.csv`` holds its band means (:func:`rerun_bands`) and ``rerun.json``
+    where and how it ran, so that chapter 10 can ask which of its verdicts survive a second training.
+    """
+    lab = load_lab()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as scratch:
+        record(config, Path(scratch), ["marker_recall"])
+        curves = load_results(Path(scratch) / "results.csv")
+        meta = json.loads((Path(scratch) / "record.json").read_text())
+    with open(out / "rerun.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=RERUN_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rerun_bands(config, curves))
+    recorded = json.loads((out / "record.json").read_text())
+    info = {
+        "config": config,
+        "posenc_version": posenc.__version__,
+        "git_commit": lab.git_commit(),
+        "torch_version": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "threads": 1,
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "final_loss": meta["final_loss"],
+        "recorded_final_loss": {
+            k: v for k, v in recorded["final_loss"].items() if k.split("/")[0] in ("base", "fine_tuned")
+        },
+    }
+    (out / "rerun.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"re-ran marker recall in {info['total_seconds']:.0f} s; band means in {out / 'rerun.csv'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--record", action="store_true", help="train everything and write experiments/extension/")
+    parser.add_argument(
+        "--tasks",
+        help="--record: only these tasks (comma-separated: marker_recall, lag_copy, passkey); the others' stages"
+        " are kept from the stored record",
+    )
     action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
     action.add_argument("--compare", action="store_true", help="re-run the record in a temporary folder; compare")
+    action.add_argument(
+        "--rerun", action="store_true", help="train marker recall again; write its band means to rerun.csv"
+    )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="--compare: largest band-mean change")
     args = parser.parse_args(argv)
+    if args.tasks and not args.record:
+        parser.error("--tasks goes with --record")
     if args.record:
-        record(CONFIG, OUT)
+        record(CONFIG, OUT, args.tasks.split(",") if args.tasks else None)
         return 0
     if args.compare:
         return compare(CONFIG, OUT, args.tolerance)
+    if args.rerun:
+        rerun(CONFIG, OUT)
+        return 0
     return 1 if check(CONFIG) else 0
 
 

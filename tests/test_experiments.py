@@ -217,11 +217,25 @@ def test_the_extension_record_has_every_curve_at_its_measured_positions(ext):
         for m in config["fine_tune_methods"]
         for s in config["seeds"]
     }
+    expected |= {
+        (task, m, a, s)
+        for task in config["other_tasks"]
+        for m in config["methods"]
+        for a in config["factors"]
+        for s in config["seeds"]
+    }
+    assert config["other_tasks"] == ["lag_copy", "passkey"]
     assert set(curves) == expected
-    for (_, method, alpha, _), curve in curves.items():
-        measured = range(2, alpha * L0)  # marker at 0: every m >= 2 has a target
+    for (stage, method, alpha, _), curve in curves.items():
+        if stage == "passkey":  # one accuracy per depth of the key, 0 .. just before the query
+            measured = ext.passkey_depths_of(config, alpha * L0)
+            assert measured[0] == 0 and measured[-1] == alpha * L0 - 2 * config["passkey_key_length"] - 2
+            assert sorted(curve) == measured
+            continue
+        first = config["tasks"]["lag_copy"]["lag"] if stage == "lag_copy" else 2  # the first target
+        measured = range(first, alpha * L0)  # every position from the first target on
         if method == "dynamic NTK":  # every position inside L_0, the sampled ones beyond
-            measured = [*range(2, L0), *ext.sampled(config, alpha)]
+            measured = [*range(first, L0), *ext.sampled(config, alpha)]
         assert sorted(curve) == list(measured)
         # an accuracy is a count of the 128 evaluation sequences, written exactly
         assert all(v * config["eval_batch"] == round(v * config["eval_batch"]) for v in curve.values())
@@ -233,6 +247,7 @@ def test_the_extension_checkpoints_are_listed_and_small(ext, ext_meta):
     names |= {
         f"fine_tuned/{m}/{s}" for m in config["fine_tune_methods"] for s in config["checkpoint_seeds"]["fine_tuned"]
     }
+    names |= {f"{task}/none/{s}" for task in config["other_tasks"] for s in config["checkpoint_seeds"][task]}
     assert set(ext_meta["checkpoints"]) == names
     for saved in ext_meta["checkpoints"].values():
         assert (EXTENSION / saved["path"]).stat().st_size == saved["bytes"]
@@ -277,6 +292,25 @@ def test_one_extension_checkpoint_reproduces_the_record(ext):
     recorded = ext.band_means(config, {key: ext.load_results(EXTENSION / "results.csv")[key]})
     new = ext.band_means(config, {key: now})
     assert recorded.keys() == new.keys()
+    for band in recorded:
+        assert abs(recorded[band] - new[band]) <= ext.TOLERANCE, band
+
+
+@pytest.mark.parametrize(("task", "method"), [("lag_copy", "PI"), ("passkey", "dynamic NTK")])
+def test_one_checkpoint_of_each_other_task_reproduces_the_record(ext, task, method):
+    # seed 0's lag-copy and passkey models at 2 L_0, with a scaling (dynamic NTK: read per prefix)
+    config = ext.CONFIG
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = ext.load_checkpoint(config, EXTENSION / "checkpoints" / f"{task}-seed0.pt")
+        now = ext.evaluate(config, model, method, 2, task)
+    finally:
+        torch.set_num_threads(threads)
+    key = (task, method, 2, 0)
+    recorded = ext.band_means(config, {key: ext.load_results(EXTENSION / "results.csv")[key]})
+    new = ext.band_means(config, {key: now})
+    assert recorded.keys() == new.keys() and len(recorded) == (5 if task == "passkey" else 2)
     for band in recorded:
         assert abs(recorded[band] - new[band]) <= ext.TOLERANCE, band
 
@@ -371,3 +405,32 @@ def test_one_real_text_checkpoint_reproduces_the_record(real):
             assert abs(now - recorded["base", "alibi", "", 0, length]) <= real.CHECK_TOLERANCE, length
     finally:
         torch.set_num_threads(threads)
+
+
+def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_path):
+    # a miniature of the record (2 steps, 2 seeds, alpha 2, two methods): a full run, then the
+    # passkey alone; the other stages stay as they were, the passkey's rows come out the same
+    # (each task trains from its own seeds), and record.json lists both runs
+    config = json.loads(json.dumps(ext.CONFIG))
+    config.update(steps=2, seeds=[0, 1], factors=[2], methods=["none", "PI"], eval_batch=4)
+    config["tasks"]["lag_copy"]["steps"] = config["tasks"]["passkey"]["steps"] = 2
+    config["fine_tune"]["steps"] = 1
+    config["fine_tune_methods"] = ["none"]
+    threads = torch.get_num_threads()
+    try:
+        ext.record(config, tmp_path)
+        first = (tmp_path / "results.csv").read_text()
+        ext.record(config, tmp_path, ["passkey"])
+    finally:
+        torch.set_num_threads(threads)
+    second = (tmp_path / "results.csv").read_text()
+    assert sorted(first.splitlines()) == sorted(second.splitlines())
+    stages = {line.split(",")[0] for line in second.splitlines()[1:]}
+    assert stages == {"base", "fine_tuned", "lag_copy", "passkey"}
+    meta = json.loads((tmp_path / "record.json").read_text())
+    assert [run["tasks"] for run in meta["runs"]] == [["marker_recall", "lag_copy"], ["passkey"]]
+    assert meta["total_seconds"] == pytest.approx(sum(run["total_seconds"] for run in meta["runs"]), abs=0.2)
+    assert {key.split("/")[0] for key in meta["checkpoints"]} == {"base", "fine_tuned", "lag_copy", "passkey"}
+    assert ext.check(config, tmp_path) == 0
+    with pytest.raises(ValueError, match="tasks must be some of"):
+        ext.record(config, tmp_path, ["copy"])
