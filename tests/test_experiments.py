@@ -434,3 +434,49 @@ def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_p
     assert ext.check(config, tmp_path) == 0
     with pytest.raises(ValueError, match="tasks must be some of"):
         ext.record(config, tmp_path, ["copy"])
+
+
+def test_the_extension_comparison_flags_a_verdict_that_changes_sides_and_only_that(ext):
+    # band means of five seeds: PI 10 points above no scaling in the record; a re-run where it is
+    # 10 points below changes sides; one where it ties (indistinguishable) does not
+    config = ext.CONFIG
+    seeds = config["seeds"]
+
+    def table(shift):
+        out = {}
+        for s in seeds:
+            out["base", "none", 2, s, "beyond"] = 0.5 + 0.01 * s
+            out["base", "PI", 2, s, "beyond"] = 0.5 + 0.01 * s + shift + 0.002 * (s % 2)
+        return out
+
+    record = table(0.10)
+    assert ext.reversed_verdicts(config, record, table(0.10)) == []
+    assert ext.reversed_verdicts(config, record, table(0.0)) == []  # a winner to a tie: not a reversal
+    lines = ext.reversed_verdicts(config, record, table(-0.10))
+    assert lines == ["base, PI vs none, alpha 2, beyond: PI better in the record, none better in the re-run"]
+
+
+def test_only_stages_recorded_in_the_same_environment_are_compared_number_for_number(ext, ext_meta):
+    env = ext.environment()
+    assert set(env) >= {"cpu", "cpu_capability", "torch_version", "python"}
+    meta = {"runs": [{"tasks": ["marker_recall"]}, {"tasks": ["lag_copy", "passkey"], **env}]}
+    assert ext.reproducible_stages(meta, env) == {"lag_copy", "passkey"}
+    assert ext.reproducible_stages(meta, {**env, "cpu": "another CPU"}) == set()
+    # the stored record: its marker-recall run predates the environment fields
+    assert not {"base", "fine_tuned"} & ext.reproducible_stages(ext_meta, env)
+
+
+def test_the_extension_comparison_fails_a_rerun_that_trains_badly_or_misses_a_number(ext):
+    # the unscaled model inside L_0 moves 30 points (a broken training) in one seed; a band mean
+    # missing from the re-run is reported, not skipped
+    config = ext.CONFIG
+    recorded = {("base", m, 2, s, "inside"): 1.0 for m in ("none", "PI") for s in config["seeds"]}
+    assert ext.broken_training(recorded, dict(recorded)) == []
+    broken = {**recorded, ("base", "none", 2, 3, "inside"): 0.7}
+    assert ext.broken_training(recorded, broken) == [
+        "('base', 'none', 2, 3, 'inside'): recorded 1.0000, now 0.7000 (no scaling inside L_0)"
+    ]
+    missing = {k: v for k, v in recorded.items() if k != ("base", "PI", 2, 4, "inside")}
+    assert ext.reversed_verdicts(config, recorded, missing) == [
+        "('base', 'PI', 2, 4, 'inside'): missing from the re-run"
+    ]
