@@ -5,7 +5,6 @@ import ast
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import matplotlib
 
@@ -15,6 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from test_numbers import CHAPTERS  # the chapter notebooks, one list for the tests that read them
 
 import posenc
 from posenc.plotting import BOOK_STYLE, plot_matrix, use_book_style
@@ -91,8 +91,7 @@ MIN_PANEL_WIDTH_IN = 2.5
 
 def _subplot_calls():
     """(notebook, cell index, columns, figure width in inches) of every plt.subplots call."""
-    chapters = sorted((Path(__file__).resolve().parents[1] / "book").glob("[0-9][0-9]_*.ipynb"))
-    for path in chapters:
+    for path in CHAPTERS:
         cells = json.loads(path.read_text())["cells"]
         for index, cell in enumerate(cells):
             source = "".join(cell["source"])
