@@ -76,7 +76,6 @@ from posenc import EXTENSION_METHODS, TinyTransformer, extension_settings, recor
 from posenc.tasks import (
     accuracy_per_position,
     lag_copy_batch,
-    lag_copy_targets,
     marker_recall_batch,
     passkey_accuracy,
     passkey_batch,
@@ -176,14 +175,15 @@ def per_position(config: dict, model: TinyTransformer, length: int, task: str = 
 
 
 def task_batch(config: dict, task: str, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The evaluation sequences of :func:`per_position` and their targets (``-100``: none). ``(b, s)`` each."""
+    """The evaluation sequences of :func:`per_position` and their targets (``IGNORE_INDEX``: none). ``(b, s)`` each."""
     generator = torch.Generator().manual_seed(config["eval_seed"])  # the sequences of per_position
     batch, vocab = config["eval_batch"], config["vocab_size"]
     if task == "lag_copy":
-        tokens, _, _ = lag_copy_batch(generator, batch, length, vocab_size=vocab, lag=config["tasks"][task]["lag"])
-        targets, mask = lag_copy_targets(tokens, lag=config["tasks"][task]["lag"])
-        return tokens, targets.masked_fill(~mask, -100)
-    tokens, targets, _ = marker_recall_batch(generator, batch, length, vocab_size=vocab, marker_at=0)
+        tokens, targets, _ = lag_copy_batch(
+            generator, batch, length, vocab_size=vocab, lag=config["tasks"][task]["lag"]
+        )
+    else:
+        tokens, targets, _ = marker_recall_batch(generator, batch, length, vocab_size=vocab, marker_at=0)
     return tokens, targets
 
 
@@ -318,18 +318,12 @@ def environment() -> dict:
     stages of the stored record predate this field; re-training them here (with their own commit's
     code too) does not give their models back, so that part of the record cannot be regenerated.
     """
-    cpu = (
-        next(
-            (
-                line.split(":", 1)[1].strip()
-                for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")
-            ),
-            platform.processor(),
-        )
-        if Path("/proc/cpuinfo").exists()
-        else platform.processor()
-    )
+    cpu = platform.processor()
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else ():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
     return {
         "posenc_version": posenc.__version__,
         "torch_version": torch.__version__,
@@ -398,26 +392,32 @@ def record(config: dict, out: Path, tasks: list[str] | None = None) -> None:
         records.save_checkpoint(model, path)
         checkpoints[f"{stage}/{method}/{seed}"] = {"path": str(path.relative_to(out)), "bytes": path.stat().st_size}
 
-    bases = {}
-    for seed in config["seeds"] if "marker_recall" in tasks else ():
-        tick = time.perf_counter()
-        model = make_model(config, seed)
-        loss = lab.train_on_task(model, config, "marker_recall", seed)
-        bases[seed] = records.round_to_checkpoint(model).eval()
-        trained = time.perf_counter() - tick
-        for alpha in config["factors"]:
-            for method in config["methods"]:
-                rows += rows_of("base", method, alpha, seed, evaluate(config, bases[seed], method, alpha))
-        losses[f"base/{seed}"] = round(float(loss[-50:].mean()), 6)
-        timings[f"base/{seed}"] = {
-            "train_s": round(trained, 1),
-            "eval_s": round(time.perf_counter() - tick - trained, 1),
-        }
-        if seed in config["checkpoint_seeds"]["base"]:
-            save("base", "none", seed, bases[seed])
-        print(
-            f"[{time.perf_counter() - started:6.0f} s] base seed {seed}: loss {losses[f'base/{seed}']:.3f}", flush=True
-        )
+    def train_stage(task: str, stage: str) -> dict[int, TinyTransformer]:
+        """Train one model per seed on ``task``, round it, evaluate every method at every alpha."""
+        models = {}
+        for seed in config["seeds"]:
+            tick = time.perf_counter()
+            model = make_model(config, seed)
+            loss = lab.train_on_task(model, config, task, seed)
+            models[seed] = model = records.round_to_checkpoint(model).eval()
+            trained = time.perf_counter() - tick
+            for alpha in config["factors"]:
+                for method in config["methods"]:
+                    rows.extend(rows_of(stage, method, alpha, seed, evaluate(config, model, method, alpha, task)))
+            losses[f"{stage}/{seed}"] = round(float(loss[-50:].mean()), 6)
+            timings[f"{stage}/{seed}"] = {
+                "train_s": round(trained, 1),
+                "eval_s": round(time.perf_counter() - tick - trained, 1),
+            }
+            if seed in config["checkpoint_seeds"][stage]:
+                save(stage, "none", seed, model)
+            print(
+                f"[{time.perf_counter() - started:6.0f} s] {stage} seed {seed}: loss {losses[f'{stage}/{seed}']:.3f}",
+                flush=True,
+            )
+        return models
+
+    bases = train_stage("marker_recall", "base") if "marker_recall" in tasks else {}
     factor = config["fine_tune"]["factor"]
     for method in config["fine_tune_methods"] if "marker_recall" in tasks else ():
         for seed in config["seeds"]:
@@ -438,26 +438,7 @@ def record(config: dict, out: Path, tasks: list[str] | None = None) -> None:
                 f"[{time.perf_counter() - started:6.0f} s] fine-tuned {method} seed {seed}: loss {loss:.3f}", flush=True
             )
     for task in [task for task in config["other_tasks"] if task in tasks]:
-        for seed in config["seeds"]:
-            tick = time.perf_counter()
-            model = make_model(config, seed)
-            loss = lab.train_on_task(model, config, task, seed)
-            model = records.round_to_checkpoint(model).eval()
-            trained = time.perf_counter() - tick
-            for alpha in config["factors"]:
-                for method in config["methods"]:
-                    rows += rows_of(task, method, alpha, seed, evaluate(config, model, method, alpha, task))
-            losses[f"{task}/{seed}"] = round(float(loss[-50:].mean()), 6)
-            timings[f"{task}/{seed}"] = {
-                "train_s": round(trained, 1),
-                "eval_s": round(time.perf_counter() - tick - trained, 1),
-            }
-            if seed in config["checkpoint_seeds"][task]:
-                save(task, "none", seed, model)
-            print(
-                f"[{time.perf_counter() - started:6.0f} s] {task} seed {seed}: loss {losses[f'{task}/{seed}']:.3f}",
-                flush=True,
-            )
+        train_stage(task, task)
     with open(out / "results.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
         writer.writeheader()
@@ -668,17 +649,13 @@ def rerun_bands(config: dict, curves: dict) -> list[dict]:
     verdicts without fine-tuning); ``beyond_all``: every measured ``m >= L_0``. ``curves`` maps
     ``(stage, method, alpha, seed)`` to ``{position: accuracy}``.
     """
-    L0 = config["train_len"]
+    means = band_means(config, curves)  # inside, and beyond: every measured m >= L_0
     rows = []
-    for (stage, method, alpha, seed), curve in sorted(curves.items()):
-        bands = {
-            "inside": [a for m, a in curve.items() if 2 <= m < L0],
-            "beyond": [curve[m] for m in sampled(config, alpha)],
-            "beyond_all": [a for m, a in curve.items() if m >= L0],
-        }
-        for band, values in bands.items():
-            mean = sum(values) / len(values)
-            rows.append(dict(stage=stage, method=method, alpha=alpha, seed=seed, band=band, accuracy=repr(mean)))
+    for key, curve in sorted(curves.items()):
+        at = [curve[m] for m in sampled(config, key[2])]
+        bands = {"inside": means[(*key, "inside")], "beyond": sum(at) / len(at), "beyond_all": means[(*key, "beyond")]}
+        for band, mean in bands.items():
+            rows.append(dict(zip(RERUN_FIELDS, (*key, band, repr(mean)), strict=True)))
     return rows
 
 
