@@ -311,27 +311,14 @@ def rows_of(stage: str, method: str, alpha: int, seed: int, accuracy: torch.Tens
 
 
 def environment() -> dict:
-    """Where a run trains: versions, the CPU's model and the instruction set torch's kernels use.
+    """Where a run trains (:func:`lab.environment <experiments.lab.environment>`): versions, the
+    CPU's model and the instruction set torch's kernels use.
 
-    Training is not reproducible across these: the same code and seeds on another CPU (or torch
-    build) sum in another order, and 1000 steps grow that into other weights. The marker-recall
-    stages of the stored record predate this field; re-training them here (with their own commit's
-    code too) does not give their models back, so that part of the record cannot be regenerated.
+    The marker-recall stages of the stored record predate this field; re-training them here (with
+    their own commit's code too) does not give their models back, so that part of the record cannot
+    be regenerated.
     """
-    cpu = platform.processor()
-    cpuinfo = Path("/proc/cpuinfo")
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.exists() else ():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    return {
-        "posenc_version": posenc.__version__,
-        "torch_version": torch.__version__,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
-        "cpu": cpu,
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-    }
+    return load_lab().environment()
 
 
 def check_kept_config(old: dict, new: dict) -> None:
@@ -547,11 +534,10 @@ def reproducible_stages(meta: dict, env: dict) -> set[str]:
     sums in another order (:func:`environment`). A run without these fields (the marker-recall run
     of the stored record) matches nothing.
     """
-    keys = ("cpu", "cpu_capability", "torch_version", "python")
     return {
         stage
         for run in meta.get("runs", [])
-        if all(run.get(key) == env[key] for key in keys)
+        if load_lab().same_machine(run, env)
         for task in run["tasks"]
         for stage in stages_of(task)
     }

@@ -186,6 +186,89 @@ def test_compare_numbers_reports_missing_numbers_and_a_lost_nan(lab):
     assert lab.compare_numbers({("a",): 0.5}, recorded, 0.01) == ["('b',): only in the re-run"]
 
 
+def _arm(lab, numbers: dict, task: str, scheme: str, change) -> dict:
+    """The arm's numbers (keys as band_numbers gives them), each passed through ``change(key, value)``."""
+    return {k: change(k, v) for k, v in numbers.items() if k[:2] == (scheme, task)}
+
+
+def test_the_lab_comparison_flags_a_verdict_that_changes_sides_and_only_that(lab):
+    recorded = lab.band_numbers(RECORD / "results.csv")
+    # in the record ALiBi beats RoPE at marker recall in [2 L_0, 4 L_0) (100 % against 38-85 %)
+    far = ("band", "64", "128")
+    rope = lab.by_place(recorded, "marker_recall", "rope")[far]
+    assert (
+        lab.reversed_verdicts(
+            lab.CONFIG,
+            recorded,
+            _arm(lab, recorded, "marker_recall", "alibi", lambda k, v: v),
+            "marker_recall",
+            "alibi",
+        )
+        == []
+    )
+    # a re-run where ALiBi ties RoPE there in every seed: a winner to "indistinguishable", not a reversal
+    tie = dict(zip(("0", "1", "2", "3", "4"), rope, strict=True))
+    tied = _arm(lab, recorded, "marker_recall", "alibi", lambda k, v: tie[k[2]] if k[3:4] + k[5:] == far else v)
+    assert lab.reversed_verdicts(lab.CONFIG, recorded, tied, "marker_recall", "alibi") == []
+    # a re-run where ALiBi falls 5 points below RoPE in every seed there: RoPE now better, a reversal
+    below = _arm(
+        lab,
+        recorded,
+        "marker_recall",
+        "alibi",
+        lambda k, v: tie[k[2]] - 0.05 - 0.001 * int(k[2]) if k[3:4] + k[5:] == far else v,
+    )
+    lines = lab.reversed_verdicts(lab.CONFIG, recorded, below, "marker_recall", "alibi")
+    assert (
+        "marker_recall alibi vs rope ('band', '64', '128'): alibi better in the record, rope better after the re-run"
+        in lines
+    )
+    assert all(line.startswith("marker_recall alibi vs ") and far.__repr__() in line for line in lines)
+
+
+def test_the_lab_comparison_reports_a_lost_number_and_skips_the_learned_tables_missing_rows(lab):
+    recorded = lab.band_numbers(RECORD / "results.csv")
+    # the learned table has no vector past L_0 in the record and in a faithful re-run: nothing to report
+    same = _arm(lab, recorded, "lag_copy", "learned", lambda k, v: v)
+    assert lab.reversed_verdicts(lab.CONFIG, recorded, same, "lag_copy", "learned") == []
+    # a re-run that lost one seed's band (NaN) is reported, even where no verdict could change
+    lost = _arm(lab, recorded, "lag_copy", "t5", lambda k, v: math.nan if k[2] == "3" and k[5] == "32" else v)
+    (line,) = lab.reversed_verdicts(lab.CONFIG, recorded, lost, "lag_copy", "t5")
+    assert line.startswith("lag_copy t5 ('band', '32', '64'): recorded") and line.endswith("(a number missing)")
+
+
+def test_the_lab_comparison_fails_a_rerun_that_trains_badly_on_any_machine(lab):
+    recorded = lab.band_numbers(RECORD / "results.csv")
+    config = lab.CONFIG
+    # RoPE's lag copy inside L_0 is 100 % in every seed: a re-run 8 points lower in one seed moves the
+    # mean 1.6 points (allowed: 5); 30 points lower in every seed is a broken training
+    assert lab.inside(config, recorded, "lag_copy", "rope") == [1.0] * 5
+    one = _arm(lab, recorded, "lag_copy", "rope", lambda k, v: v - 0.08 if k[2] == "1" and k[5] == "0" else v)
+    assert lab.broken_training(config, recorded, one, "lag_copy", "rope") == []
+    bad = _arm(lab, recorded, "lag_copy", "rope", lambda k, v: v - 0.3 if k[5] == "0" else v)
+    assert lab.broken_training(config, recorded, bad, "lag_copy", "rope") == [
+        "lag_copy rope: inside L_0 recorded 1.0000, now 0.7000 (allowed 0.050)"
+    ]
+    # Shaw's marker recall inside L_0 spreads over seeds (32-100 %): a re-run may move as far
+    spread = lab.inside(config, recorded, "marker_recall", "shaw")
+    assert max(spread) - min(spread) > 0.5
+    flipped = _arm(lab, recorded, "marker_recall", "shaw", lambda k, v: 0.4 if k[2] == "1" and k[5] == "0" else v)
+    assert lab.broken_training(config, recorded, flipped, "marker_recall", "shaw") == []
+    # the passkey's inside is its length-L_0 sequences, averaged over the five depths
+    assert lab.inside(config, recorded, "passkey", "learned")[1] == pytest.approx(
+        sum(recorded["learned", "passkey", "1", "depth", "32", str(d), "28"] for d in (0, 6, 12, 18, 24)) / 5
+    )
+
+
+def test_only_lab_arms_recorded_on_this_machine_are_compared_number_for_number(lab, meta):
+    env = lab.environment()
+    assert lab.same_machine(env, env)
+    assert not lab.same_machine({**env, "cpu": "another CPU"}, env)
+    assert not lab.same_machine(None, env)  # an arm recorded before the field
+    # the stored arms predate the field: none is compared number for number
+    assert meta.get("environments", {}) == {}
+
+
 # ---- chapter 10's record (experiments/extension.py, experiments/extension/)
 
 EXTENSION = ROOT / "experiments" / "extension"
