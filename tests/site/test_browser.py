@@ -18,9 +18,12 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
+import test_accessibility  # noqa: F401 - registers its probes of the derived visits (below)
+import test_explorers  # noqa: F401
+import test_layout  # noqa: F401
 import yaml
 
-from conftest import DERIVED, GUARDED, REDIRECT, ROOT, SCREENSHOTS, probe, run_probes, site_pages
+from conftest import DERIVED, GUARDED, PROBES, REDIRECT, ROOT, SCREENSHOTS, probe, run_probes, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -199,6 +202,7 @@ def test_derived_visits_see_what_a_fresh_load_sees(kind, page_path, browser, bas
     """A page loaded at 900 px, or opened in the dark theme, is what the shared visit sees after
     narrowing the 1280-px window or switching the theme: every probe finds the same (figure shapes,
     word breaks, axe's violations, explorers' cards and colours), and the fresh load is guarded too."""
+    assert PROBES[kind], f"no probe of the {kind} visit is registered"
     fresh = run_probes(browser, base_url, kind, page_path, fresh=True)[kind]
     guarded = fresh[GUARDED]["value"]
     assert not guarded["problems"] and not guarded["failed"], f"{page_path} ({kind}, fresh): {guarded}"
