@@ -195,29 +195,17 @@ def screenshots() -> Path:
 # many tests only look at a loaded page without touching it. They register a probe for a kind of
 # visit; the first test that needs a (kind, page) loads the page once and runs every probe of that
 # kind on it; the results are shared by all tests and all pytest-xdist workers of the session.
-#
-# Two kinds are not loaded again but made from the 1280-px light visit, as a reader would: the window
-# narrowed to 900 px (and widened back), and the theme switched to dark with the header's button.
-# A chapter's load costs about 4 s of Chromium on these machines, a narrowing or a switch well under
-# one. test_derived_visits_see_what_a_fresh_load_sees loads some pages fresh at 900 px and in the dark
-# and checks that every probe finds there what it found on the derived visit.
 
 VISITS = {
     "1280": (DESKTOP, "light"),
+    "1280-dark": (DESKTOP, "dark"),
+    "900": (TABLET, "light"),
     "phone": (PHONE, "light"),
 }
-# kind -> (the visit it is made from, the viewport and theme a fresh load of it would have)
-DERIVED = {
-    "900": ("1280", TABLET, "light"),
-    "1280-dark": ("1280", DESKTOP, "dark"),
-}
-KINDS = [*VISITS, *DERIVED]
-PROBES: dict[str, dict[str, Callable]] = {kind: {} for kind in KINDS}
+PROBES: dict[str, dict[str, Callable]] = {kind: {} for kind in VISITS}
 
 
 LAST: set[str] = set()  # probes that run after the guard's record is taken
-
-TAB_STOPS_SETTLE_MS = 500  # pydata-sphinx-theme recomputes tab stops 300 ms after the last resize
 
 
 def probe(*kinds: str, last: bool = False) -> Callable:
@@ -238,42 +226,11 @@ def probe(*kinds: str, last: bool = False) -> Callable:
     return register
 
 
-def resize(page, viewport: dict) -> None:
-    """The window to this size, and the theme's debounced tab stops (300 ms) recomputed on it."""
-    page.set_viewport_size(viewport)
-    page.wait_for_timeout(TAB_STOPS_SETTLE_MS)
-
-
-def switch_theme(page, mode: str) -> None:
-    """The reader's theme switch: the header's button, clicked until the page is in ``mode``, then the
-    button's focus and tooltip let go of (a fresh load has neither). Explorers redraw on the switch."""
-    button = page.locator(".theme-switch-button:visible").first
-    for _ in range(3):  # the button cycles light, dark, auto
-        if page.evaluate("document.documentElement.dataset.theme") == mode:
-            break
-        button.click()
-    assert page.evaluate("document.documentElement.dataset.theme") == mode, f"the theme switch did not reach {mode}"
-    page.evaluate("document.activeElement && document.activeElement.blur()")
-    page.mouse.move(0, page.viewport_size["height"] - 1)
-    page.evaluate("document.querySelectorAll('.tooltip').forEach(t => t.remove())")
-    page.evaluate("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
-
-
-def run_probes(browser, base_url: str, kind: str, page_path: str, fresh: bool = False) -> dict:
-    """Load the page once and run every probe of this kind on it, then those of the kinds made from
-    it (DERIVED): {kind: {probe: found}}. ``fresh``: load a derived kind itself, at its own size and
-    theme, and run its probes only.
-
-    Every visit is guarded: what the page did wrong from its load to the end of the kind's probes
-    (guard()) and the requests that failed (with the address the page was at then, paths relative
-    to the site) are kept under GUARDED; what happens while a ``last`` probe runs is the tool's, not
-    the page's, and is dropped."""
-    if fresh:
-        _, viewport, mode = DERIVED[kind]
-        kinds = [kind]
-    else:
-        viewport, mode = VISITS[kind]
-        kinds = [kind, *(k for k, (base, _, _) in DERIVED.items() if base == kind)]
+def run_probes(browser, base_url: str, kind: str, page_path: str) -> dict:
+    """Load the page once and run every probe of this kind on it. Every visit is guarded: what the
+    page did wrong while it loaded and ran (guard()) and the requests that failed (with the address
+    the page was at then, paths relative to the site) are kept under GUARDED."""
+    viewport, mode = VISITS[kind]
     guarded: dict[str, list] = {"problems": [], "failed": []}
 
     def before_load(page) -> None:
@@ -285,35 +242,16 @@ def run_probes(browser, base_url: str, kind: str, page_path: str, fresh: bool = 
 
         page.on("requestfailed", request_failed)
 
-    def run(page, kind: str) -> dict:
-        found = {}
+    found = {}
+    with open_page(browser, base_url, page_path, viewport, mode, before_load=before_load) as page:
         for name, fn in sorted(PROBES[kind].items(), key=lambda item: (item[0] in LAST, item[0])):
             if name in LAST and GUARDED not in found:
                 found[GUARDED] = {"value": {"problems": list(guarded["problems"]), "failed": list(guarded["failed"])}}
-                marks = len(guarded["problems"]), len(guarded["failed"])
             try:
                 found[name] = {"value": fn(page, page_path)}
             except Exception as exc:  # reported by the test that reads this probe
                 found[name] = {"error": f"{type(exc).__name__}: {exc}"}
-        if GUARDED in found:  # forget what the last probes' tools did
-            del guarded["problems"][marks[0] :], guarded["failed"][marks[1] :]
-        found.setdefault(GUARDED, {"value": {"problems": list(guarded["problems"]), "failed": guarded["failed"]}})
-        return found
-
-    found = {}
-    with open_page(browser, base_url, page_path, viewport, mode, before_load=before_load) as page:
-        for each in kinds:
-            if each == kind:
-                found[each] = run(page, each)
-                continue
-            _, other, theme = DERIVED[each]
-            if other != viewport:
-                resize(page, other)
-                found[each] = run(page, each)
-                resize(page, viewport)
-            else:
-                switch_theme(page, theme)
-                found[each] = run(page, each)
+    found.setdefault(GUARDED, {"value": {"problems": list(guarded["problems"]), "failed": guarded["failed"]}})
     return found
 
 
@@ -340,16 +278,15 @@ def visit(browser, base_url, tmp_path_factory):
     folder.mkdir(exist_ok=True)
 
     def load(kind: str, page_path: str, wait: bool) -> dict | None:
-        base = DERIVED[kind][0] if kind in DERIVED else kind  # the visit a derived kind is made on
-        path = folder / f"{base}--{page_path.replace('/', '__')}.json"
+        path = folder / f"{kind}--{page_path.replace('/', '__')}.json"
         with open(path.with_suffix(".lock"), "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 return None  # another worker is loading it
             if not path.exists():
-                path.write_text(json.dumps(run_probes(browser, base_url, base, page_path)))
-            return json.loads(path.read_text())[kind]
+                path.write_text(json.dumps(run_probes(browser, base_url, kind, page_path)))
+            return json.loads(path.read_text())
 
     def value(found: dict, fn: Callable, kind: str, page_path: str):
         result = found[f"{fn.__module__}.{fn.__name__}"]
@@ -360,10 +297,6 @@ def visit(browser, base_url, tmp_path_factory):
     class Visit:
         def __call__(self, kind: str, page_path: str, fn: Callable):
             return value(load(kind, page_path, wait=True), fn, kind, page_path)
-
-        def found(self, kind: str, page_path: str) -> dict:
-            """Everything every probe of this kind found on the page: {probe: {"value"|"error": ...}}."""
-            return load(kind, page_path, wait=True)
 
         def guarded(self, kind: str, page_path: str) -> dict:
             """What the guard saw during the visit: {"problems": [...], "failed": [requests]}."""

@@ -136,11 +136,8 @@ def serious(found: list[dict]) -> list[str]:
     ]
 
 
-# Every page in the light theme first, then in the dark: the dark visit is made on the light one
-# (conftest.DERIVED), and a worker asking for a page's dark visit while another loads its light one
-# would wait for it (xdist hands consecutive tests to alternate workers).
-@pytest.mark.parametrize("page_path", PAGES)
 @pytest.mark.parametrize("mode", ["light", "dark"])
+@pytest.mark.parametrize("page_path", PAGES)
 def test_no_accessibility_violations(page_path, mode, visit):
     found = visit("1280" if mode == "light" else "1280-dark", page_path, axe_violations)
     assert found["theme"] == mode

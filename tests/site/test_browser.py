@@ -18,12 +18,9 @@ from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
-import test_accessibility  # noqa: F401 - registers its probes of the derived visits (below)
-import test_explorers  # noqa: F401
-import test_layout  # noqa: F401
 import yaml
 
-from conftest import DERIVED, GUARDED, PROBES, REDIRECT, ROOT, SCREENSHOTS, probe, run_probes, site_pages
+from conftest import REDIRECT, ROOT, SCREENSHOTS, probe, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -164,50 +161,9 @@ CHAPTERS = [p for p in PAGES if p.startswith("book/")]
     [("1280-dark", p) for p in PAGES] + [(kind, p) for kind in ("900", "phone") for p in CHAPTERS],
 )
 def test_page_has_no_error_at_other_sizes_and_in_the_dark(kind, page_path, site, visit):
-    """The other visits the browser tests make (conftest.VISITS and DERIVED) are guarded too: no
-    console or page error, no failed request, no request that leaves 127.0.0.1, in the dark theme and
-    at 900 px (made from the 1280-px visit: a switch of the theme, a narrowed window) and on a phone
-    (test_page checks the 1280-px light visit)."""
+    """The other visits the browser tests make (conftest.VISITS) are guarded too: no console or page
+    error, no failed request, no request that leaves 127.0.0.1, in the dark theme and at 900 px and
+    on a phone (test_page checks the 1280-px light visit)."""
     guarded = visit.guarded(kind, page_path)
     problems = guarded["problems"] + failed_requests(site, page_path, guarded["failed"])
     assert not problems, f"{page_path} ({kind}):\n  " + "\n  ".join(problems)
-
-
-# Pages loaded fresh at 900 px and in the dark theme, to check the visits made from the 1280-px one:
-# a chapter with an explorer, tables, code and many formulas, and the summary with its wide table.
-FRESH_SAMPLE = ["book/06_rope.html", "book/12_summary.html"]
-# What may differ between a fresh load and a derived visit: where an explorer's box is on screen
-# (a fresh page starts at the top; the derived one is where the earlier probes left it)
-WHERE_ON_SCREEN = {"box"}
-
-
-def comparable(found: dict) -> dict:
-    """A visit's probes, without the guard's record and what depends on the page's scroll position."""
-    out = {}
-    for name, result in found.items():
-        if name == GUARDED:
-            continue
-        value = result.get("value")
-        if isinstance(value, dict):
-            value = {
-                k: (v if k not in WHERE_ON_SCREEN else {"x": v["x"], "width": v["width"]}) for k, v in value.items()
-            }
-        out[name] = {**result, "value": value} if "value" in result else result
-    return out
-
-
-@pytest.mark.parametrize("kind", list(DERIVED))
-@pytest.mark.parametrize("page_path", FRESH_SAMPLE)
-def test_derived_visits_see_what_a_fresh_load_sees(kind, page_path, browser, base_url, visit):
-    """A page loaded at 900 px, or opened in the dark theme, is what the shared visit sees after
-    narrowing the 1280-px window or switching the theme: every probe finds the same (figure shapes,
-    word breaks, axe's violations, explorers' cards and colours), and the fresh load is guarded too."""
-    assert PROBES[kind], f"no probe of the {kind} visit is registered"
-    fresh = run_probes(browser, base_url, kind, page_path, fresh=True)[kind]
-    guarded = fresh[GUARDED]["value"]
-    assert not guarded["problems"] and not guarded["failed"], f"{page_path} ({kind}, fresh): {guarded}"
-    derived = visit.found(kind, page_path)
-    mine, theirs = comparable(fresh), comparable(derived)
-    assert mine.keys() == theirs.keys()
-    differ = [name for name in mine if mine[name] != theirs[name]]
-    assert not differ, "\n".join(f"{page_path} ({kind}) {n}: fresh {mine[n]} derived {theirs[n]}" for n in differ)

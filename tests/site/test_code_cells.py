@@ -13,7 +13,7 @@ import re
 
 import pytest
 
-from conftest import ROOT, SITE, TAB_STOPS_SETTLE_MS, open_page, probe
+from conftest import ROOT, SITE, open_page, probe
 
 # A 1280-px desktop window with a classic 15-px vertical scrollbar (headless Chromium draws
 # overlay scrollbars, so its viewport has to be made narrower to match). Wider windows give
@@ -27,6 +27,7 @@ SAMPLE_PAGE = "book/02_sinusoidal.html"
 SET_UP_CELL = "# Set-up: use the installed posenc"
 
 CODE_CELLS = "div.cell_input pre"
+TAB_STOPS_SETTLE_MS = 500  # pydata-sphinx-theme recomputes tab stops 300 ms after the last resize
 
 
 def test_a_line_of_the_notebook_line_length_fits_in_a_code_cell(browser, base_url, site):
