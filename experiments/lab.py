@@ -271,6 +271,14 @@ def part_path(task: str, scheme: str, suffix: str, out: Path = OUT) -> Path:
     return out / "parts" / f"{task}-{scheme}.{suffix}"
 
 
+def write_rows(path: Path, rows: list[dict]) -> None:
+    """Rows of :data:`CSV_FIELDS` as a CSV file (an arm's part, ``results.csv``, ``rerun.csv``)."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
     """Train and evaluate one arm (a task and a scheme) on every seed; write its part (csv and json).
 
@@ -303,10 +311,7 @@ def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
                 "accuracy": [_format(r["accuracy"]) for r in reloaded],
             }
         print(f"[{time.perf_counter() - started:6.0f} s] {task} {scheme} seed {seed}: loss {loss:.3f}", flush=True)
-    with open(part_path(task, scheme, "csv", out), "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(part_path(task, scheme, "csv", out), rows)
     part = {
         "task": task,
         "scheme": scheme,
@@ -334,10 +339,7 @@ def merge(config: dict) -> None:
             with open(part_path(task, scheme, "csv"), newline="") as handle:
                 rows.extend(csv.DictReader(handle))
             parts.append(json.loads(part_path(task, scheme, "json").read_text()))
-    with open(OUT / "results.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(OUT / "results.csv", rows)
     checkpoints = {k: v for part in parts for k, v in part["checkpoints"].items()}
     meta = {
         "config": config,
@@ -586,10 +588,7 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None) -
             seconds[f"{task}/{scheme}"] = part["total_seconds"]
             commits.add(part["git_commit"])
             where[f"{task}/{scheme}"] = part.get("environment")
-    with open(OUT / "rerun.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(OUT / "rerun.csv", rows)
     out = {
         "config": config,
         "environments": where,
