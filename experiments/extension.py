@@ -631,13 +631,18 @@ RERUN_FIELDS = ("stage", "method", "alpha", "seed", "band", "accuracy")
 def rerun_bands(config: dict, curves: dict) -> list[dict]:
     """The band means chapter 10 compares, one row per curve and band, for ``rerun.csv``.
 
-    ``inside``: ``2 <= m < L_0``; ``beyond``: the :func:`sampled` positions (the chapter's table and
-    verdicts without fine-tuning); ``beyond_all``: every measured ``m >= L_0``. ``curves`` maps
-    ``(stage, method, alpha, seed)`` to ``{position: accuracy}``.
+    ``inside``: the measured ``m < L_0`` (marker recall from 2, lag copy from its lag); ``beyond``:
+    the :func:`sampled` positions (the chapter's table and verdicts without fine-tuning);
+    ``beyond_all``: every measured ``m >= L_0``; the passkey: ``depths``, the mean over its depths.
+    ``curves`` maps ``(stage, method, alpha, seed)`` to ``{position: accuracy}``.
     """
     means = band_means(config, curves)  # inside, and beyond: every measured m >= L_0
     rows = []
     for key, curve in sorted(curves.items()):
+        if key[0] == "passkey":  # the mean over the depths, as chapter 10 compares it
+            mean = sum(curve.values()) / len(curve)
+            rows.append(dict(zip(RERUN_FIELDS, (*key, "depths", repr(mean)), strict=True)))
+            continue
         at = [curve[m] for m in sampled(config, key[2])]
         bands = {"inside": means[(*key, "inside")], "beyond": sum(at) / len(at), "beyond_all": means[(*key, "beyond")]}
         for band, mean in bands.items():
@@ -645,21 +650,32 @@ def rerun_bands(config: dict, curves: dict) -> list[dict]:
     return rows
 
 
-def rerun(config: dict, out: Path = OUT) -> None:
-    """Train marker recall again from scratch (base and fine-tuned models); write its band means.
+#: the seeds of the replication (``--replicate``): new seeds, none of the record's
+REPLICATION_SEEDS = [5, 6, 7, 8, 9]
+
+
+def replication_config(config: dict) -> dict:
+    """``config`` with :data:`REPLICATION_SEEDS` and no checkpoints (fine-tuning seeds follow: 105-109)."""
+    return {**config, "seeds": REPLICATION_SEEDS, "checkpoint_seeds": {key: [] for key in config["checkpoint_seeds"]}}
+
+
+def rerun(config: dict, out: Path = OUT, tasks: list[str] | None = None, name: str = "rerun") -> None:
+    """Train ``tasks`` again from scratch (default: marker recall, base and fine-tuned models); write
+    their band means to ``{name}.csv`` and where and how it ran to ``{name}.json``.
 
     The record's checkpoints re-evaluate to the record's numbers, but training them again need not
-    give the same weights (:func:`environment`). This re-run is the same experiment with the same
-    seeds, trained again; ``rerun.csv`` holds its band means (:func:`rerun_bands`) and ``rerun.json``
-    where and how it ran, so that chapter 10 can ask which of its verdicts survive a second training.
+    give the same weights (:func:`environment`). ``rerun`` is the same experiment with the same
+    seeds, trained again; ``replication`` (``--replicate``: :func:`replication_config`, every task)
+    the same experiment with new seeds. Chapter 10 asks which of its verdicts survive each.
     """
     lab = load_lab()
     started = time.perf_counter()
+    tasks = tasks or ["marker_recall"]
     with tempfile.TemporaryDirectory() as scratch:
-        record(config, Path(scratch), ["marker_recall"])
+        record(config, Path(scratch), tasks)
         curves = load_results(Path(scratch) / "results.csv")
         meta = json.loads((Path(scratch) / "record.json").read_text())
-    with open(out / "rerun.csv", "w", newline="") as handle:
+    with open(out / f"{name}.csv", "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=RERUN_FIELDS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rerun_bands(config, curves))
@@ -671,12 +687,10 @@ def rerun(config: dict, out: Path = OUT) -> None:
         "threads": 1,
         "total_seconds": round(time.perf_counter() - started, 1),
         "final_loss": meta["final_loss"],
-        "recorded_final_loss": {
-            k: v for k, v in recorded["final_loss"].items() if k.split("/")[0] in ("base", "fine_tuned")
-        },
+        "recorded_final_loss": {k: v for k, v in recorded["final_loss"].items() if k in meta["final_loss"]},
     }
-    (out / "rerun.json").write_text(json.dumps(info, indent=1) + "\n")
-    print(f"re-ran marker recall in {info['total_seconds']:.0f} s; band means in {out / 'rerun.csv'}")
+    (out / f"{name}.json").write_text(json.dumps(info, indent=1) + "\n")
+    print(f"re-ran {', '.join(tasks)} in {info['total_seconds']:.0f} s; band means in {out / f'{name}.csv'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -693,6 +707,11 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument(
         "--rerun", action="store_true", help="train marker recall again; write its band means to rerun.csv"
     )
+    action.add_argument(
+        "--replicate",
+        action="store_true",
+        help="train every task on new seeds (REPLICATION_SEEDS); write band means to replication.csv",
+    )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="--compare: largest band-mean change")
     args = parser.parse_args(argv)
     if args.tasks and not args.record:
@@ -704,6 +723,10 @@ def main(argv: list[str] | None = None) -> int:
         return compare(CONFIG, OUT, args.tolerance)
     if args.rerun:
         rerun(CONFIG, OUT)
+        return 0
+    if args.replicate:
+        every = ["marker_recall", *CONFIG["other_tasks"]]
+        rerun(replication_config(CONFIG), OUT, every, name="replication")
         return 0
     return 1 if check(CONFIG) else 0
 

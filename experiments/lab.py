@@ -568,11 +568,17 @@ def compare(config: dict, arms: list[tuple[str, str]], tolerance: float = TOLERA
     return len(problems)
 
 
-def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None) -> None:
+#: the seeds of the replication (``--replicate``): new seeds, none of the record's
+REPLICATION_SEEDS = [5, 6, 7, 8, 9]
+
+
+def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None, name: str = "rerun") -> None:
     """Train ``arms`` again from scratch (in a temporary folder, or ``keep``: parts already there are
-    kept) and write their rows to ``rerun.csv``, with ``rerun.json`` (where it ran, the final losses
-    of the record and of the re-run). Chapter 9 reads which verdicts survive a re-training: the
-    same code and seeds, trained on another machine than the record's (:func:`environment`)."""
+    kept) and write their rows to ``{name}.csv``, with ``{name}.json`` (where it ran, the final losses
+    of the re-run and, for the record's seeds, of the record). Chapter 9 reads which verdicts survive
+    a re-training: ``rerun``, the same code and seeds, trained on another machine than the record's
+    (:func:`environment`); ``replication`` (``config`` with :data:`REPLICATION_SEEDS`), new seeds.
+    """
     import tempfile
 
     meta = json.loads((OUT / "record.json").read_text())
@@ -588,7 +594,7 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None) -
             seconds[f"{task}/{scheme}"] = part["total_seconds"]
             commits.add(part["git_commit"])
             where[f"{task}/{scheme}"] = part.get("environment")
-    write_rows(OUT / "rerun.csv", rows)
+    write_rows(OUT / f"{name}.csv", rows)
     out = {
         "config": config,
         "environments": where,
@@ -596,10 +602,10 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None) -
         "arms": [f"{task}/{scheme}" for task, scheme in arms],
         "seconds_per_arm": seconds,
         "final_loss": losses,
-        "recorded_final_loss": {k: meta["final_loss"][k] for k in losses},
+        "recorded_final_loss": {k: meta["final_loss"][k] for k in losses if k in meta["final_loss"]},
     }
-    (OUT / "rerun.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"rerun.csv: {len(rows)} rows of {len(arms)} arms")
+    (OUT / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
+    print(f"{name}.csv: {len(rows)} rows of {len(arms)} arms")
 
 
 #: the paired comparisons printed by --verdicts: (task, scheme A, scheme B)
@@ -648,6 +654,11 @@ def main(argv: list[str] | None = None) -> int:
     action.add_argument("--merge", action="store_true", help="join the tasks' parts into results.csv, record.json")
     action.add_argument("--check", action="store_true", help="re-evaluate the saved checkpoints against the record")
     action.add_argument("--rerun", action="store_true", help="train the arms again; write rerun.csv, rerun.json")
+    action.add_argument(
+        "--replicate",
+        action="store_true",
+        help="train the arms on new seeds (REPLICATION_SEEDS); write replication.csv, replication.json",
+    )
     action.add_argument("--verdicts", action="store_true", help="print the paired-seed verdicts of results.csv")
     action.add_argument(
         "--compare", action="store_true", help="re-run arms into a temporary folder; compare with results.csv"
@@ -656,14 +667,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep",
         type=Path,
-        help="--compare, --rerun: write the re-run's parts here (parts already there are reused)",
+        help="--compare, --rerun, --replicate: write the re-run's parts here (parts already there are reused)",
     )
     parser.add_argument(
         "--arm",
         nargs=2,
         action="append",
         metavar=("TASK", "SCHEME"),
-        help="--record or --compare only this arm (repeatable; default: every task and scheme of CONFIG)",
+        help="only this arm (repeatable; default: every task and scheme of CONFIG)",
     )
     args = parser.parse_args(argv)
     arms = args.arm or [(task, scheme) for task in CONFIG["tasks"] for scheme in CONFIG["schemes"]]
@@ -674,6 +685,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if compare(CONFIG, [tuple(arm) for arm in arms], args.tolerance, args.keep) else 0
     if args.rerun:
         rerun(CONFIG, [tuple(arm) for arm in arms], args.keep)
+        return 0
+    if args.replicate:
+        config = {**CONFIG, "seeds": REPLICATION_SEEDS, "checkpoint_seeds": []}
+        rerun(config, [tuple(arm) for arm in arms], args.keep, name="replication")
         return 0
     if args.record:
         for task, scheme in arms:

@@ -528,6 +528,50 @@ def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_p
         ext.record(config, tmp_path, ["copy"])
 
 
+def test_the_extension_replication_trains_every_task_on_new_seeds_and_writes_the_chapters_means(ext, tmp_path):
+    # a miniature (2 steps, alpha 2, two methods) recorded on seeds 0-1, then replicated: seeds 5-9
+    # only, no checkpoint, every stage, and each band mean what chapter 10 computes from the curves
+    config = json.loads(json.dumps(ext.CONFIG))
+    config.update(steps=2, seeds=[0, 1], factors=[2], methods=["none", "PI"], eval_batch=4)
+    config["tasks"]["lag_copy"]["steps"] = config["tasks"]["passkey"]["steps"] = 2
+    config["fine_tune"]["steps"] = 1
+    config["fine_tune_methods"] = ["none"]
+    replicated = ext.replication_config(config)
+    assert not set(replicated["seeds"]) & set(ext.CONFIG["seeds"]) and len(replicated["seeds"]) >= 5
+    threads = torch.get_num_threads()
+    try:
+        ext.record(config, tmp_path)
+        every = ["marker_recall", *config["other_tasks"]]
+        ext.rerun(replicated, tmp_path, every, name="replication")
+        again = tmp_path / "again"
+        ext.record(replicated, again)  # the same models, kept: their curves
+    finally:
+        torch.set_num_threads(threads)
+    assert not (again / "checkpoints").exists()
+    with open(tmp_path / "replication.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {int(row["seed"]) for row in rows} == set(ext.REPLICATION_SEEDS)
+    assert {row["stage"] for row in rows} == {"base", "fine_tuned", "lag_copy", "passkey"}
+    assert {row["band"] for row in rows if row["stage"] == "passkey"} == {"depths"}
+    curves = ext.load_results(again / "results.csv")
+    lag, length = config["tasks"]["lag_copy"]["lag"], config["train_len"]
+    for row in rows:
+        curve = curves[row["stage"], row["method"], int(row["alpha"]), int(row["seed"])]
+        if row["band"] == "depths":
+            want = sum(curve.values()) / len(curve)
+            assert len(curve) == len(config["passkey_depth_fractions"])
+        elif row["band"] == "inside" and row["stage"] == "lag_copy":
+            want = sum(curve[m] for m in range(lag, length)) / (length - lag)
+        elif row["band"] == "beyond":
+            at = ext.sampled(config, int(row["alpha"]))
+            want = sum(curve[m] for m in at) / len(at)
+        else:
+            continue
+        assert float(row["accuracy"]) == pytest.approx(want, abs=1e-12), row
+    meta = json.loads((tmp_path / "replication.json").read_text())
+    assert meta["config"]["seeds"] == ext.REPLICATION_SEEDS and meta["recorded_final_loss"] == {}
+
+
 def test_the_extension_comparison_flags_a_verdict_that_changes_sides_and_only_that(ext):
     # band means of five seeds: PI 10 points above no scaling in the record; a re-run where it is
     # 10 points below changes sides; one where it ties (indistinguishable) does not
