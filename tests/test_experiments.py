@@ -166,6 +166,29 @@ def test_one_passkey_checkpoint_reproduces_its_recorded_accuracies_at_every_leng
 # ---- the comparison of a re-run with its record (--compare, the weekly workflow)
 
 
+def test_rule_b_on_other_seeds_reproduces_from_the_kept_checkpoint(lab):
+    # experiments/aliasing.py --seeds: one row per seed 1-9; the kept model (seed 5) gives its row
+    # again, every field; the columns agree with each other (hit, heads and reach)
+    aliasing = load_script("experiments_aliasing", ROOT / "experiments" / "aliasing.py")
+    with open(RECORD / "aliasing.csv", newline="") as handle:
+        rows = {int(r["seed"]): r for r in csv.DictReader(handle)}
+    assert sorted(rows) == aliasing.OTHER_SEEDS and 0 not in rows
+    for row in rows.values():
+        assert row["hit"] == str(int(row["fall"] == row["rule_b"]))
+        reach = [None if t == "none" else int(t) for t in row["reach"].split()]
+        assert len(reach) == len(row["pointing_heads"].split())
+        found = [t for t in reach if t is not None]
+        assert row["rule_b"] == (str(min(found)) if found else "")
+    seed = aliasing.OTHER_SEEDS[4]
+    model = lab.load_checkpoint(lab.CONFIG, "lag_copy", "rope", seed)
+    threads = torch.get_num_threads()
+    try:
+        again = aliasing.analyse(lab.CONFIG, model, seed)
+    finally:
+        torch.set_num_threads(threads)
+    assert {k: str(v) for k, v in again.items()} == rows[seed]
+
+
 def test_compare_numbers_finds_a_planted_moved_number_and_nothing_else(lab):
     recorded = lab.band_numbers(RECORD / "results.csv")
     assert len(recorded) == 980  # 7 schemes x 5 seeds x (2 tasks x 4 bands + the passkey's 4 lengths x 5 depths)
