@@ -87,6 +87,18 @@ def observed_fall(accuracy: torch.Tensor, lag: int) -> int | None:
     return int(below[0]) + lag if len(below) else None
 
 
+def lag_head(config: dict, model, length: int) -> tuple[int, torch.Tensor]:
+    """The first-layer head with the most attention on the key ``lag`` back at queries ``lag <= m < L_0``
+    (64 evaluation sequences of ``length``), and every head's share there ``(h,)``."""
+    lag, L0 = config["tasks"]["lag_copy"]["lag"], config["train_len"]
+    probe, _, _ = lag_copy_batch(
+        torch.Generator().manual_seed(config["eval_seed"]), 64, length, vocab_size=config["vocab_size"], lag=lag
+    )
+    weights = model.attention_weights(probe)[0].mean(0)  # (h, s, s)
+    on_lag = weights.diagonal(-lag, dim1=-2, dim2=-1)[:, : L0 - lag].mean(-1)  # (h,)
+    return int(on_lag.argmax()), on_lag
+
+
 def analyse(config: dict, model, seed: int) -> dict:
     """One seed's row of ``aliasing.csv``: the observed fall, rule B (and its heads), rule A, three bands."""
     lag, L0, vocab = config["tasks"]["lag_copy"]["lag"], config["train_len"], config["vocab_size"]
@@ -98,12 +110,8 @@ def analyse(config: dict, model, seed: int) -> dict:
         model, length=longest, vocab_size=vocab, seed=config["eval_seed"], lag=lag, batch=config["eval_batch"]
     )
     fall = observed_fall(accuracy, lag)
-    probe, _, _ = lag_copy_batch(
-        torch.Generator().manual_seed(config["eval_seed"]), 64, longest, vocab_size=vocab, lag=lag
-    )
-    weights = model.attention_weights(probe)[0].mean(0)  # (h, s, s)
-    on_lag = weights.diagonal(-lag, dim1=-2, dim2=-1)[:, : L0 - lag].mean(-1)  # (h,)
-    size = parts[int(on_lag.argmax()), :, :, lag].abs().mean((0, 1))  # (p,) the lag head's pairs
+    head, _ = lag_head(config, model, longest)
+    size = parts[head, :, :, lag].abs().mean((0, 1))  # (p,) the lag head's pairs
     rule_a = alias_distance(
         model.scheme.rotary.inv_freq.double(),
         carrying_pairs(size, SHARE),
@@ -156,32 +164,17 @@ def main() -> None:
     lag, L0, vocab = config["tasks"]["lag_copy"]["lag"], config["train_len"], config["vocab_size"]
     longest = lab.bands(config)[-1][1]
     model = lab.load_checkpoint(config, "lag_copy", "rope", 0)
-    rotary = model.scheme.rotary
-    heads, d = model.num_heads, model.dim // model.num_heads
-
-    # the lag head: most first-layer attention on the key `lag` back, at queries m in [lag, L_0)
-    probe, _, _ = lag_copy_batch(torch.Generator().manual_seed(config["eval_seed"]), 64, L0, vocab_size=vocab, lag=lag)
-    weights = model.attention_weights(probe)[0].mean(0)  # (h, s, s)
-    on_lag = weights.diagonal(-lag, dim1=-2, dim2=-1)[:, : L0 - lag].mean(-1)  # (h,)
-    head = int(on_lag.argmax())
-
-    # unrotated queries and keys of every token in the first layer (no position enters before RoPE)
-    with torch.no_grad():
-        block = model.blocks[0]
-        x = block.norm1(model.tokens.weight)  # (v, c)
-        q, k, _ = block.qkv(x).view(vocab, 3, heads, d).unbind(1)  # 3 x (v, h, d)
-    q, k = q[:, head].double(), k[:, head].double()  # (v, d)
-    inv_freq = rotary.inv_freq.double()
-    parts = rope_pair_logits(q[:, None], k[None, :], -lag, inv_freq, pairing=rotary.pairing)  # (v, v, p)
-    size = parts.abs().mean((0, 1))  # (p,)
+    head, on_lag = lag_head(config, model, L0)
+    # the lag head's pairs at distance `lag`, over every query and key token (no position enters before RoPE)
+    size = first_layer_parts(model, vocab, lag + 1)[head, :, :, lag].abs().mean((0, 1))  # (p,)
     pairs = carrying_pairs(size, SHARE)
+    inv_freq = model.scheme.rotary.inv_freq.double()
     predicted = alias_distance(inv_freq, pairs, trained=lag, max_distance=longest, tol=TOL)
 
     accuracy = accuracy_per_position(
         model, length=longest, vocab_size=vocab, seed=config["eval_seed"], lag=lag, batch=config["eval_batch"]
     )
-    below = (accuracy[lag:] < 0.5).nonzero()
-    fall = int(below[0]) + lag if len(below) else None
+    fall = observed_fall(accuracy, lag)
     tokens, _, _ = lag_copy_batch(
         torch.Generator().manual_seed(config["eval_seed"]), 64, longest, vocab_size=vocab, lag=lag
     )

@@ -650,13 +650,11 @@ def rerun_bands(config: dict, curves: dict) -> list[dict]:
     return rows
 
 
-#: the seeds of the replication (``--replicate``): new seeds, none of the record's
-REPLICATION_SEEDS = [5, 6, 7, 8, 9]
-
-
 def replication_config(config: dict) -> dict:
-    """``config`` with :data:`REPLICATION_SEEDS` and no checkpoints (fine-tuning seeds follow: 105-109)."""
-    return {**config, "seeds": REPLICATION_SEEDS, "checkpoint_seeds": {key: [] for key in config["checkpoint_seeds"]}}
+    """``config`` with the lab's new seeds (``lab.REPLICATION_SEEDS``) and no checkpoints; the
+    fine-tuning seeds follow them (``seed_offset`` + seed)."""
+    seeds = load_lab().REPLICATION_SEEDS
+    return {**config, "seeds": seeds, "checkpoint_seeds": {key: [] for key in config["checkpoint_seeds"]}}
 
 
 def rerun(config: dict, out: Path = OUT, tasks: list[str] | None = None, name: str = "rerun") -> None:

@@ -572,12 +572,17 @@ def compare(config: dict, arms: list[tuple[str, str]], tolerance: float = TOLERA
 REPLICATION_SEEDS = [5, 6, 7, 8, 9]
 
 
+def replication_config(config: dict) -> dict:
+    """``config`` with :data:`REPLICATION_SEEDS` and no checkpoints (``--replicate``)."""
+    return {**config, "seeds": REPLICATION_SEEDS, "checkpoint_seeds": []}
+
+
 def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None, name: str = "rerun") -> None:
     """Train ``arms`` again from scratch (in a temporary folder, or ``keep``: parts already there are
     kept) and write their rows to ``{name}.csv``, with ``{name}.json`` (where it ran, the final losses
     of the re-run and, for the record's seeds, of the record). Chapter 9 reads which verdicts survive
     a re-training: ``rerun``, the same code and seeds, trained on another machine than the record's
-    (:func:`environment`); ``replication`` (``config`` with :data:`REPLICATION_SEEDS`), new seeds.
+    (:func:`environment`); ``replication`` (:func:`replication_config`), new seeds.
     """
     import tempfile
 
@@ -687,8 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         rerun(CONFIG, [tuple(arm) for arm in arms], args.keep)
         return 0
     if args.replicate:
-        config = {**CONFIG, "seeds": REPLICATION_SEEDS, "checkpoint_seeds": []}
-        rerun(config, [tuple(arm) for arm in arms], args.keep, name="replication")
+        rerun(replication_config(CONFIG), [tuple(arm) for arm in arms], args.keep, name="replication")
         return 0
     if args.record:
         for task, scheme in arms:

@@ -522,15 +522,21 @@ def test_one_real_text_checkpoint_reproduces_the_record(real):
         torch.set_num_threads(threads)
 
 
-def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_path):
-    # a miniature of the record (2 steps, 2 seeds, alpha 2, two methods): a full run, then the
-    # passkey alone; the other stages stay as they were, the passkey's rows come out the same
-    # (each task trains from its own seeds), and record.json lists both runs
+def miniature(ext) -> dict:
+    """The extension's config in miniature: 2 steps, seeds 0-1, alpha 2, two methods, one fine-tune."""
     config = json.loads(json.dumps(ext.CONFIG))
     config.update(steps=2, seeds=[0, 1], factors=[2], methods=["none", "PI"], eval_batch=4)
     config["tasks"]["lag_copy"]["steps"] = config["tasks"]["passkey"]["steps"] = 2
     config["fine_tune"]["steps"] = 1
     config["fine_tune_methods"] = ["none"]
+    return config
+
+
+def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_path):
+    # a miniature of the record (2 steps, 2 seeds, alpha 2, two methods): a full run, then the
+    # passkey alone; the other stages stay as they were, the passkey's rows come out the same
+    # (each task trains from its own seeds), and record.json lists both runs
+    config = miniature(ext)
     threads = torch.get_num_threads()
     try:
         ext.record(config, tmp_path)
@@ -551,14 +557,10 @@ def test_recording_some_tasks_keeps_the_others_stages_from_the_record(ext, tmp_p
         ext.record(config, tmp_path, ["copy"])
 
 
-def test_the_extension_replication_trains_every_task_on_new_seeds_and_writes_the_chapters_means(ext, tmp_path):
+def test_the_extension_replication_trains_every_task_on_new_seeds_and_writes_the_chapters_means(ext, lab, tmp_path):
     # a miniature (2 steps, alpha 2, two methods) recorded on seeds 0-1, then replicated: seeds 5-9
     # only, no checkpoint, every stage, and each band mean what chapter 10 computes from the curves
-    config = json.loads(json.dumps(ext.CONFIG))
-    config.update(steps=2, seeds=[0, 1], factors=[2], methods=["none", "PI"], eval_batch=4)
-    config["tasks"]["lag_copy"]["steps"] = config["tasks"]["passkey"]["steps"] = 2
-    config["fine_tune"]["steps"] = 1
-    config["fine_tune_methods"] = ["none"]
+    config = miniature(ext)
     replicated = ext.replication_config(config)
     assert not set(replicated["seeds"]) & set(ext.CONFIG["seeds"]) and len(replicated["seeds"]) >= 5
     threads = torch.get_num_threads()
@@ -573,7 +575,7 @@ def test_the_extension_replication_trains_every_task_on_new_seeds_and_writes_the
     assert not (again / "checkpoints").exists()
     with open(tmp_path / "replication.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert {int(row["seed"]) for row in rows} == set(ext.REPLICATION_SEEDS)
+    assert {int(row["seed"]) for row in rows} == set(lab.REPLICATION_SEEDS)
     assert {row["stage"] for row in rows} == {"base", "fine_tuned", "lag_copy", "passkey"}
     assert {row["band"] for row in rows if row["stage"] == "passkey"} == {"depths"}
     curves = ext.load_results(again / "results.csv")
@@ -592,7 +594,7 @@ def test_the_extension_replication_trains_every_task_on_new_seeds_and_writes_the
             continue
         assert float(row["accuracy"]) == pytest.approx(want, abs=1e-12), row
     meta = json.loads((tmp_path / "replication.json").read_text())
-    assert meta["config"]["seeds"] == ext.REPLICATION_SEEDS and meta["recorded_final_loss"] == {}
+    assert meta["config"]["seeds"] == lab.REPLICATION_SEEDS and meta["recorded_final_loss"] == {}
 
 
 def test_the_extension_comparison_flags_a_verdict_that_changes_sides_and_only_that(ext):
