@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -19,7 +20,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import unquote, urljoin, urlsplit
 
 import pytest
 
@@ -229,12 +230,15 @@ def probe(*kinds: str, last: bool = False) -> Callable:
 def run_probes(browser, base_url: str, kind: str, page_path: str) -> dict:
     """Load the page once and run every probe of this kind on it. Every visit is guarded: what the
     page did wrong while it loaded and ran (guard()) and the requests that failed (with the address
-    the page was at then, paths relative to the site) are kept under GUARDED."""
+    the page was at then, paths relative to the site) are kept under GUARDED; every address of the
+    site the page asked for, under REQUESTED."""
     viewport, mode = VISITS[kind]
     guarded: dict[str, list] = {"problems": [], "failed": []}
+    requested: set[str] = set()
 
     def before_load(page) -> None:
         guarded["problems"] = guard(page)  # filled while the page runs
+        page.on("request", lambda req: req.url.startswith(base_url) and requested.add(relative(req.url, base_url)))
 
         def request_failed(req) -> None:
             at = relative(page.url, base_url)
@@ -252,10 +256,78 @@ def run_probes(browser, base_url: str, kind: str, page_path: str) -> dict:
             except Exception as exc:  # reported by the test that reads this probe
                 found[name] = {"error": f"{type(exc).__name__}: {exc}"}
     found.setdefault(GUARDED, {"value": {"problems": list(guarded["problems"]), "failed": guarded["failed"]}})
+    found[REQUESTED] = {"value": sorted(requested)}
     return found
 
 
 GUARDED = "conftest.guarded"
+REQUESTED = "conftest.requested"
+
+
+# --- Visits kept between runs ------------------------------------------------------------------------
+#
+# What a visit finds is decided by what the browser was given: the bytes of every file of the site the
+# page asked for (the page itself, its style sheets, scripts, fonts, images, and the page a redirect led
+# to), the probes and tests (tests/site), the pinned packages (axe-core, Playwright: requirements.txt),
+# the browser's version and flags, and the kind of visit (book/_ext and book/ruff.toml too, which
+# some probes read). A visit is kept in _build/visit-cache with the
+# digest of each of these, and a later run (make test again, in the same checkout) uses it instead of
+# loading the page only if every digest is still the same: edit a chapter and only that chapter's
+# visits run again; edit a style sheet that every page asks for and they all do. A visit that recorded
+# a problem or a probe error is never kept. A fresh clone (CI) has no cache. SITE_VISIT_CACHE=0 turns
+# it off; SITE_SCREENSHOTS=1 does not read it (the screenshots are taken during the visit).
+VISIT_CACHE = ROOT / "_build" / "visit-cache"
+
+
+def site_file_digest(site: Path, url_path: str) -> str:
+    """The digest of what the test server sends for an address of the site: a file's bytes, a folder's
+    index.html (or its listing), or "missing"."""
+    target = site / unquote(urlsplit(url_path).path).lstrip("/")
+    if target.is_dir():
+        index = target / "index.html"
+        if not index.is_file():
+            return "folder:" + ",".join(sorted(p.name for p in target.iterdir()))
+        target = index
+    if not target.is_file():
+        return "missing"
+    return hashlib.sha256(target.read_bytes()).hexdigest()
+
+
+def code_digest(browser_version: str) -> str:
+    """The digest of everything but the site that a visit's result depends on."""
+    digest = hashlib.sha256()
+    # the tests and probes, the book's extensions some of them read (book/_ext), the notebooks' line
+    # length (book/ruff.toml), the pins
+    sources = sorted((ROOT / "tests" / "site").glob("*.py")) + sorted((ROOT / "book" / "_ext").glob("*.py"))
+    for path in [*sources, ROOT / "book" / "ruff.toml", ROOT / "requirements.txt"]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    digest.update(json.dumps([browser_version, CHROMIUM_FLAGS, sys.version]).encode())
+    return digest.hexdigest()
+
+
+def kept_visit(cache: Path, site: Path, code: str) -> dict | None:
+    """A kept visit's findings if the visit would give the same now, else None."""
+    try:
+        kept = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        return None
+    if kept.get("code") != code:
+        return None
+    if any(site_file_digest(site, path) != digest for path, digest in kept["files"].items()):
+        return None
+    return kept["found"]
+
+
+def keep_visit(cache: Path, site: Path, code: str, found: dict) -> None:
+    """Keep a visit that found no problem; the digests are of the files as they are after the visit."""
+    guarded = found[GUARDED]["value"]
+    if guarded["problems"] or guarded["failed"] or any("error" in result for result in found.values()):
+        return
+    files = {path: site_file_digest(site, path) for path in found[REQUESTED]["value"]}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    partial = cache.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps({"code": code, "files": files, "found": found}))
+    partial.replace(cache)
 
 
 def relative(url: str, base_url: str) -> str:
@@ -276,16 +348,25 @@ def visit(browser, base_url, tmp_path_factory):
         shared = shared.parent  # the workers' basetemps are siblings in one run's folder
     folder = shared / "visits"
     folder.mkdir(exist_ok=True)
+    use_cache = os.environ.get("SITE_VISIT_CACHE", "1") != "0"
+    read_cache = use_cache and os.environ.get("SITE_SCREENSHOTS") != "1"
+    code = code_digest(browser.version)
 
     def load(kind: str, page_path: str, wait: bool) -> dict | None:
-        path = folder / f"{kind}--{page_path.replace('/', '__')}.json"
+        name = f"{kind}--{page_path.replace('/', '__')}.json"
+        path = folder / name
         with open(path.with_suffix(".lock"), "w") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
             except BlockingIOError:
                 return None  # another worker is loading it
             if not path.exists():
-                path.write_text(json.dumps(run_probes(browser, base_url, kind, page_path)))
+                found = kept_visit(VISIT_CACHE / name, SITE, code) if read_cache else None
+                if found is None:
+                    found = run_probes(browser, base_url, kind, page_path)
+                    if use_cache:
+                        keep_visit(VISIT_CACHE / name, SITE, code, found)
+                path.write_text(json.dumps(found))
             return json.loads(path.read_text())
 
     def value(found: dict, fn: Callable, kind: str, page_path: str):
@@ -310,3 +391,14 @@ def visit(browser, base_url, tmp_path_factory):
             return {page: value(found[page], fn, kind, page) for page in pages}
 
     return Visit()
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """The tests of one page go to one pytest-xdist worker (with --dist loadgroup, as make test-site
+    runs them): the first of them loads the page's visits, and no worker waits for another to finish
+    loading a page it needs as well."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        page = callspec.params.get("page_path") if callspec else None
+        if isinstance(page, str):
+            item.add_marker(pytest.mark.xdist_group(page))
