@@ -104,8 +104,13 @@ def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_f
     assert steps[:2] == ["lint", "test-unit"] and steps.index("test-unit") < steps.index("book")
     # the browser and PDF tests run after the build, and each also builds what it tests when run alone
     assert steps.index("book") < steps.index("test-site") and steps.index("book") < steps.index("test-pdf")
-    assert make_prerequisites("test-site")[0] == "book" and "pdf" in make_prerequisites("test-pdf")
-    assert {"html", "pdf"} <= set(make_prerequisites("book"))  # the site links its PDF edition
+    assert make_prerequisites("test-site")[0] == "book" and make_prerequisites("test-pdf")[0] == "book"
+    # the site links its PDF edition: make book builds both (side by side) and puts the PDF in the site
+    book = re.search(r"^book:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert book, "the Makefile's book target has no recipe"
+    recipe = book.group(1)
+    assert "$(MAKE) --no-print-directory html" in recipe and "$(MAKE) --no-print-directory $(PDF_FILE)" in recipe
+    assert recipe.index("wait") < recipe.index("$(PDF_TO_SITE)")
     # every check sets up .venv on a fresh machine first (directly or through what it builds)
     targets = set(make_targets())
 

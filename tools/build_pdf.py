@@ -7,7 +7,7 @@ Korean fonts (fonts-nanum) and bibliography as the site, offline, with no TeX in
 formula). Chromium keeps in-document links (cross-references, citations, the contents) as PDF
 links and writes a PDF outline from the headings.
 
-Steps: `jupyter-book build . --builder singlehtml` (warning-free, like the site) -> one HTML
+Steps: `jupyter-book build . --builder singlehtml` (warning-free, like the site; into SINGLE) -> one HTML
 file whose in-book links are made in-document (#anchor) -> served on 127.0.0.1 -> Chromium with
 print media, after MathJax has typeset every formula -> _build/pdf/<book_pdf>, also copied
 into the HTML site (_build/html/<book_pdf>) that the introduction links to; the file name is
@@ -36,7 +36,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-SINGLE = ROOT / "_build" / "singlehtml"
+# The single-page build has a build folder of its own (its own doctrees and executed notebooks), so
+# that it can run beside the site's build (make book runs the two at once).
+PRINT_BUILD = ROOT / "_build" / "print"
+SINGLE = PRINT_BUILD / "_build" / "singlehtml"
 # the file name is set once, in _config.yml (sphinx.config.book_pdf)
 PDF_NAME = yaml.safe_load((ROOT / "_config.yml").read_text())["sphinx"]["config"]["book_pdf"]
 PDF = ROOT / "_build" / "pdf" / PDF_NAME
@@ -54,7 +57,7 @@ from conftest import CHROMIUM_FLAGS, find_chromium, serve  # noqa: E402 - the br
 
 def build_single_html() -> None:
     cmd = [str(ROOT / ".venv" / "bin" / "jupyter-book"), "build", ".", "--builder", "singlehtml", "-W", "-n"]
-    cmd.append("--keep-going")
+    cmd += ["--keep-going", "--path-output", str(PRINT_BUILD)]
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
@@ -660,7 +663,7 @@ def write_edition(reader, headings: list[dict], marks: list[Mark], entries: list
 def main() -> None:
     logging.getLogger("pypdf").setLevel(logging.ERROR)  # Chromium's trailer size is one of its warnings
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-build", action="store_true", help="reuse _build/singlehtml")
+    parser.add_argument("--skip-build", action="store_true", help="reuse the single-page build (SINGLE)")
     args = parser.parse_args()
     if not args.skip_build:
         build_single_html()
