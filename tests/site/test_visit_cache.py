@@ -39,7 +39,7 @@ REQUESTED_FILES = ["/book/a.html", "/_static/book.css?digest=abc", "/_static/log
 def test_a_kept_visit_is_used_while_nothing_changed(small_site, tmp_path):
     cache = tmp_path / "cache" / "1280--book__a.html.json"
     found = findings(REQUESTED_FILES)
-    keep_visit(cache, small_site, CODE, found)
+    keep_visit(cache, small_site, CODE, found, "book/a.html")
     assert kept_visit(cache, small_site, CODE) == found
 
 
@@ -49,7 +49,7 @@ def test_a_kept_visit_is_used_while_nothing_changed(small_site, tmp_path):
 )
 def test_a_kept_visit_is_not_used_after_a_change(change, small_site, tmp_path):
     cache = tmp_path / "cache" / "1280--book__a.html.json"
-    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES))
+    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES), "book/a.html")
     code = CODE
     if change == "the page":
         (small_site / "book" / "a.html").write_text("<p>b</p>")
@@ -66,7 +66,7 @@ def test_a_kept_visit_is_not_used_after_a_change(change, small_site, tmp_path):
 
 def test_a_file_it_did_not_ask_for_does_not_matter(small_site, tmp_path):
     cache = tmp_path / "cache" / "1280--book__a.html.json"
-    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES))
+    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES), "book/a.html")
     (small_site / "book" / "other.html").write_text("<p>other</p>")
     assert kept_visit(cache, small_site, CODE) is not None
 
@@ -81,7 +81,7 @@ def test_a_file_it_did_not_ask_for_does_not_matter(small_site, tmp_path):
 )
 def test_a_visit_that_saw_a_problem_is_not_kept(trouble, small_site, tmp_path):
     cache = tmp_path / "cache" / "1280--book__a.html.json"
-    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES, **trouble))
+    keep_visit(cache, small_site, CODE, findings(REQUESTED_FILES, **trouble), "book/a.html")
     assert not cache.exists()
 
 
@@ -95,3 +95,15 @@ def test_digest_of_an_address(small_site):
 
 def test_the_code_digest_follows_the_browser():
     assert code_digest("Chromium 1.0") == CODE != code_digest("Chromium 1.1")
+
+
+@pytest.mark.parametrize(("page", "kept"), [("book/a.html", True), ("search.html", False)])
+def test_the_search_index_counts_only_for_the_search_page(page, kept, small_site, tmp_path):
+    """Any edited word changes the search index, which every page loads: it is part of the search
+    page's key only (conftest: the search page's own visit fails if the index does not load)."""
+    (small_site / "searchindex.js").write_text("Search.setIndex({})")
+    (small_site / "search.html").write_text("<p>search</p>")
+    cache = tmp_path / "cache" / "1280--page.json"
+    keep_visit(cache, small_site, CODE, findings([f"/{page}", "/searchindex.js"]), page)
+    (small_site / "searchindex.js").write_text("Search.setIndex({'terms': {}})")
+    assert (kept_visit(cache, small_site, CODE) is not None) == kept
