@@ -267,34 +267,39 @@ REQUESTED = "conftest.requested"
 # --- Visits kept between runs ------------------------------------------------------------------------
 #
 # What a visit finds is decided by what the browser was given: the bytes of every file of the site the
-# page asked for (the page itself, its style sheets, scripts, fonts, images, and the page a redirect led
-# to), the probes and tests (tests/site), the pinned packages (axe-core, Playwright: requirements.txt),
-# the browser's version and flags, and the kind of visit (book/_ext and book/ruff.toml too, which
-# some probes read). A visit is kept in _build/visit-cache with the
-# digest of each of these, and a later run (make test again, in the same checkout) uses it instead of
-# loading the page only if every digest is still the same: edit a chapter and only that chapter's
-# visits run again; edit a style sheet that every page asks for and they all do. A visit that recorded
-# a problem or a probe error is never kept. One file is left out of the key of every page but the
-# search page: the search index (searchindex.js), which every page loads but only hands to
-# Search.setIndex, and which changes with any word of any page (so that one edited sentence would load
-# every page again); the search page's own visit keeps its digest, so an index that fails to load
-# still fails there. A fresh clone (CI) has no cache. SITE_VISIT_CACHE=0 turns
-# it off; SITE_SCREENSHOTS=1 does not read it (the screenshots are taken during the visit).
+# page asked for (the page itself, its style sheets, scripts, fonts, images, and the page a redirect
+# led to), the probes and tests (tests/site), the book's extensions and book/ruff.toml (which some
+# probes read), the pinned packages (axe-core, Playwright: requirements.txt), the browser's version and
+# flags, and the kind of visit. A visit is kept in _build/visit-cache with the digest of each of these,
+# and a later run (make test again, in the same checkout) uses it instead of loading the page only if
+# every digest is still the same: edit a chapter and only that chapter's visits run again; edit a
+# style sheet that every page asks for and they all do. A visit that recorded a problem or a probe
+# error is never kept. One file is left out of the key of every page but the search page: the search
+# index (searchindex.js), which every page loads but only hands to Search.setIndex, and which changes
+# with any word of any page (so that one edited sentence would load every page again); the search
+# page's own visit keeps its digest, so an index that fails to load still fails there. A fresh clone
+# (CI) has no cache. SITE_VISIT_CACHE=0 turns it off; SITE_SCREENSHOTS=1 does not read it (the
+# screenshots are taken during the visit).
 VISIT_CACHE = ROOT / "_build" / "visit-cache"
+
+
+def resolve(site: Path, url_path: str) -> Path | None:
+    """The file of the site that an address's path leads to (a folder: its index.html), or None."""
+    target = site / unquote(url_path).lstrip("/")
+    if target.is_dir():
+        target = target / "index.html"
+    return target if target.is_file() else None
 
 
 def site_file_digest(site: Path, url_path: str) -> str:
     """The digest of what the test server sends for an address of the site: a file's bytes, a folder's
     index.html (or its listing), or "missing"."""
-    target = site / unquote(urlsplit(url_path).path).lstrip("/")
-    if target.is_dir():
-        index = target / "index.html"
-        if not index.is_file():
-            return "folder:" + ",".join(sorted(p.name for p in target.iterdir()))
-        target = index
-    if not target.is_file():
-        return "missing"
-    return hashlib.sha256(target.read_bytes()).hexdigest()
+    path = urlsplit(url_path).path
+    target = resolve(site, path)
+    if target is not None:
+        return hashlib.sha256(target.read_bytes()).hexdigest()
+    folder = site / unquote(path).lstrip("/")
+    return "folder:" + ",".join(sorted(p.name for p in folder.iterdir())) if folder.is_dir() else "missing"
 
 
 def code_digest(browser_version: str) -> str:

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urljoin, urlsplit
 import pytest
 import yaml
 
-from conftest import REDIRECT, ROOT, SCREENSHOTS, probe, site_pages
+from conftest import REDIRECT, ROOT, SCREENSHOTS, probe, resolve, site_pages
 
 CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
 PAGES = site_pages()
@@ -41,13 +41,6 @@ def colab_url(notebook: str) -> str:
 def anchors(path: Path) -> frozenset[str]:
     html = path.read_text(errors="replace")
     return frozenset(unquote(m) for m in re.findall(r'\b(?:id|name)="([^"]+)"', html))
-
-
-def resolve(site: Path, url_path: str) -> Path | None:
-    target = site / unquote(url_path).lstrip("/")
-    if target.is_dir():
-        target = target / "index.html"
-    return target if target.is_file() else None
 
 
 def test_the_site_has_the_expected_pages(site):
