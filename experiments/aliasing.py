@@ -22,6 +22,20 @@ replication's seeds 5-9, trained again here), the observed fall is the first ``m
 accuracy falls below one half (``None``: none up to ``8 L_0``), and a seed is a **hit** when the two
 are equal (both ``None`` included). Writes ``experiments/lab/aliasing.csv`` (one row per seed) and
 the first new seed's model to ``experiments/lab/checkpoints/`` for chapter 9 to re-check.
+
+``--bases``: rule B where the fall can move. At base 10^4 every seed falls at ``m = 122``, so "122"
+(a constant guess) hits as often as rule B and that test cannot tell them apart. Fixed here, in the
+commit before these models were trained (issue 20): the models are the lab's RoPE lag-copy arm
+(``lab.fit``, ``CONFIG`` unchanged but for RoPE's base) at :data:`BASES`, one decade each side of
+10^4, on :data:`BASE_SEEDS`; no model is left out (one that does not learn the task inside ``L_0``
+counts as it comes). For each model: the observed fall and rule B as for ``--seeds`` (a hit: equal,
+both ``None`` included), rule A, and two predictions that do not read the weights: the constant
+guess :data:`CONSTANT_GUESS` and the frequencies alone (the first distance past ``lag`` where pairs 0
+and 1 are both back within 30 degrees of their angles at ``lag``, the pairs that carry base 10^4's
+logit; :func:`frequency_only`). The verdict, fixed in advance: rule B is **supported** when it hits
+at least 8 of the 10 models and more of them than the constant guess; otherwise **not supported**.
+Writes ``experiments/lab/aliasing_bases.csv`` (one row per model) and each base's seed-0 model to
+``experiments/lab/checkpoints/`` (``lag_copy-rope-base<base>-seed0.pt``) for chapter 9 to re-check.
 """
 
 from __future__ import annotations
@@ -41,6 +55,11 @@ from posenc.tasks import accuracy_per_position, lag_copy_batch
 SHARE, TOL = 0.9, math.pi / 6  # the rule's two constants, fixed in advance
 OTHER_SEEDS = [1, 2, 3, 4, 5, 6, 7, 8, 9]  # --seeds: every lab seed but 0
 FIELDS = ("seed", "fall", "rule_b", "hit", "pointing_heads", "reach", "rule_a", "inside", "band_2_4", "band_4_8")
+# --bases (fixed before those models were trained): RoPE's base one decade each side of the lab's 10^4
+BASES = [1e3, 1e5]
+BASE_SEEDS = [0, 1, 2, 3, 4]
+CONSTANT_GUESS = 122  # base 10^4: every seed, 0-9, falls at m = 122
+BASE_FIELDS = ("base", *FIELDS, "frequency_only", "constant_guess")
 
 
 def load_lab():
@@ -154,9 +173,73 @@ def seeds(out: Path) -> None:
     print(f"rule B hit {sum(r['hit'] for r in rows)} of {len(rows)} seeds")
 
 
+def frequency_only(inv_freq: torch.Tensor, lag: int, longest: int) -> int | None:
+    """The first distance ``t`` past ``lag`` (below ``longest``) where pairs 0 and 1 are both back
+    within 30 degrees of their angles at ``lag``: a prediction from the frequencies alone."""
+    for t in range(lag + 1, longest):
+        turns = (t - lag) * inv_freq[:2].double() / (2 * math.pi)
+        if bool(((turns - turns.round()).abs() < 1 / 12).all()):
+            return t
+    return None
+
+
+def base_checkpoint_path(base: float, seed: int, out: Path) -> Path:
+    return out / "checkpoints" / f"lag_copy-rope-base{base:g}-seed{seed}.pt"
+
+
+def base_config(config: dict, base: float) -> dict:
+    """``config`` with RoPE's ``base`` (everything else unchanged)."""
+    options = {**config["position_options"], "rope": {"base": base}}
+    return {**config, "position_options": options}
+
+
+def bases(out: Path) -> None:
+    """Rule B, rule A and the two weight-free predictions on :data:`BASES` x :data:`BASE_SEEDS`; write
+    ``aliasing_bases.csv`` and print the verdict fixed in advance."""
+    lab = load_lab()
+    torch.set_num_threads(1)
+    lag, L0 = lab.CONFIG["tasks"]["lag_copy"]["lag"], lab.CONFIG["train_len"]
+    longest = max(lab.CONFIG["band_multiples"]) * L0
+    rows = []
+    for base in BASES:
+        config = base_config(lab.CONFIG, base)
+        for seed in BASE_SEEDS:
+            model, _ = lab.fit(config, "rope", "lag_copy", seed)
+            assert model.scheme.rotary.base == base
+            if seed == BASE_SEEDS[0]:  # kept for chapter 9
+                path = base_checkpoint_path(base, seed, out)
+                records.save_checkpoint(model, path)
+                model = records.load_checkpoint(lab.make_model(config, "rope", seed), path)
+            else:
+                model = records.round_to_checkpoint(model).eval()
+            row = analyse(config, model, seed)
+            guess = frequency_only(model.scheme.rotary.inv_freq, lag, longest)
+            rows.append(
+                {
+                    "base": f"{base:g}",
+                    **row,
+                    "frequency_only": "" if guess is None else guess,
+                    "constant_guess": int(row["fall"] == CONSTANT_GUESS),
+                }
+            )
+            print(rows[-1], flush=True)
+    with open(out / "aliasing_bases.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=BASE_FIELDS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    rule, constant = sum(r["hit"] for r in rows), sum(r["constant_guess"] for r in rows)
+    frequency = sum(r["frequency_only"] == r["fall"] for r in rows)
+    supported = rule >= 8 and rule > constant
+    print(f"rule B hits {rule} of {len(rows)}; the constant guess {constant}; the frequencies alone {frequency}")
+    print("verdict (fixed in advance):", "supported" if supported else "not supported")
+
+
 def main() -> None:
     if sys.argv[1:] == ["--seeds"]:
         seeds(Path(__file__).with_name("lab"))
+        return
+    if sys.argv[1:] == ["--bases"]:
+        bases(Path(__file__).with_name("lab"))
         return
     torch.set_num_threads(1)
     lab = load_lab()
