@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import posenc
+from posenc import records
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "lab.py"
@@ -187,6 +188,41 @@ def test_rule_b_on_other_seeds_reproduces_from_the_kept_checkpoint(lab):
     finally:
         torch.set_num_threads(threads)
     assert {k: str(v) for k, v in again.items()} == rows[seed]
+
+
+def test_rule_b_at_other_bases_reproduces_from_the_kept_checkpoints(lab):
+    # experiments/aliasing.py --bases: one row per base and seed; the columns agree with each other
+    # and with the rule fixed in advance (hit, constant guess, frequencies alone, the verdict); each
+    # base's kept seed-0 model gives its row again, every field
+    aliasing = load_script("experiments_aliasing", ROOT / "experiments" / "aliasing.py")
+    with open(RECORD / "aliasing_bases.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(float(r["base"]), int(r["seed"])) for r in rows] == [
+        (base, seed) for base in aliasing.BASES for seed in aliasing.BASE_SEEDS
+    ]
+    lag, L0 = lab.CONFIG["tasks"]["lag_copy"]["lag"], lab.CONFIG["train_len"]
+    for row in rows:
+        assert row["hit"] == str(int(row["fall"] == row["rule_b"]))
+        assert row["constant_guess"] == str(int(row["fall"] == str(aliasing.CONSTANT_GUESS)))
+        theta = lab.make_model(aliasing.base_config(lab.CONFIG, float(row["base"])), "rope", 0).scheme.rotary.inv_freq
+        guess = aliasing.frequency_only(theta, lag, 8 * L0)
+        assert row["frequency_only"] == ("" if guess is None else str(guess))
+    hits = sum(r["hit"] == "1" for r in rows)
+    constant = sum(r["constant_guess"] == "1" for r in rows)
+    assert (hits, constant) == (4, 0)  # the verdict fixed in advance: not supported (needs >= 8 and > constant)
+    assert not (hits >= 8 and hits > constant)
+    for base in aliasing.BASES:
+        seed = aliasing.BASE_SEEDS[0]
+        config = aliasing.base_config(lab.CONFIG, base)
+        path = aliasing.base_checkpoint_path(base, seed, RECORD)
+        model = records.load_checkpoint(lab.make_model(config, "rope", seed), path)
+        threads = torch.get_num_threads()
+        try:
+            again = aliasing.analyse(config, model, seed)
+        finally:
+            torch.set_num_threads(threads)
+        row = next(r for r in rows if float(r["base"]) == base and int(r["seed"]) == seed)
+        assert {k: str(v) for k, v in again.items()} == {k: row[k] for k in again}
 
 
 def test_compare_numbers_finds_a_planted_moved_number_and_nothing_else(lab):
