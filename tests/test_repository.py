@@ -95,8 +95,23 @@ def make_targets():
     return re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.MULTILINE)
 
 
+def make_test_steps():
+    """The steps of `make test` in order, with notebooks-and-book replaced by the two targets its recipe
+    runs side by side (make -j2, each one's output kept whole)."""
+    recipe = re.search(r"^notebooks-and-book:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert recipe, "the Makefile's notebooks-and-book target has no recipe"
+    line = recipe.group(1).strip()
+    assert line.startswith("@$(MAKE) ") and "-j2" in line.split() and "--output-sync=target" in line.split()
+    side_by_side = [word for word in line.split()[1:] if not word.startswith("-")]
+    assert side_by_side == ["test-notebooks", "book"]
+    steps = []
+    for step in make_prerequisites("test"):
+        steps += side_by_side if step == "notebooks-and-book" else [step]
+    return steps
+
+
 def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_first():
-    steps = make_prerequisites("test")
+    steps = make_test_steps()
     # every check the Makefile defines (lint and each test-* target) is a step of `make test`, once
     checks = ["lint"] + [t for t in make_targets() if t.startswith("test-")]
     assert sorted(t for t in steps if t in checks) == sorted(checks) and len(set(steps)) == len(steps)
