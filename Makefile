@@ -104,15 +104,22 @@ $(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 
 # tools/lint-workflows.sh runs inside test-unit (tests/test_workflow.py, on the real workflows and
 # on broken ones), so `make lint-workflows` is a separate shortcut, not a step of `make test`.
-# nbval and the build run side by side (make -j2; --output-sync prints each one's output whole when
-# it ends): the build keeps about one core busy (the site's build ends after about 27 s, then the PDF
-# edition is one Chromium page printed and one Python process), so nbval's two workers fill the rest.
-# Measured on 2 cores with the caches of a second run (2026-12-04): 186 s for both, against 89 + 121 s
-# one after the other. A failure in either fails the step (after the other has ended).
+# nbval and the build run side by side: the build keeps about one core busy (the site's build ends
+# after about 27 s; then the PDF edition is one Chromium page printing and one Python process), and
+# nbval's two workers fill the rest. (Not make -j: .NOTPARALLEL above makes every target of this
+# Makefile run one at a time, so two make processes are started by hand, as book does for its two
+# builds.) The build's output goes to _build/book.log and is printed whole after both have ended, so
+# the two do not interleave; a failure of either fails the step. Measured on 2 cores, from an empty
+# _build with warm caches otherwise (2026-12-04): 162 s for both, against 89 + 121 s one after the other.
 test: lint test-unit notebooks-and-book test-site test-pdf
 
-notebooks-and-book: $(STAMP)
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-notebooks book
+notebooks-and-book: $(STAMP) browser
+	@mkdir -p _build; status=0; \
+	$(MAKE) --no-print-directory book > _build/book.log 2>&1 & book=$$!; \
+	$(MAKE) --no-print-directory test-notebooks || status=1; \
+	wait $$book || status=1; \
+	echo "make book (beside nbval), its output:"; cat _build/book.log; \
+	exit $$status
 
 # ruff over all the Python: code/, tests/, tools/, book/_ext/, benchmarks/ and the notebooks
 # (settings: ruff.toml, book/ruff.toml). Runs both checks, then fails if either found anything:
