@@ -526,6 +526,31 @@ def test_passkey_accuracy_reads_each_depth():
     assert shallow.tolist() == [1.0, 1.0, 0.0, 0.0]
 
 
+class FirstDigitMissed(PasskeyOracle):
+    """The oracle, but its answer at the query token (the first digit) is always the filler id 15."""
+
+    def forward(self, tokens):
+        logits = super().forward(tokens)
+        for row in range(tokens.shape[0]):
+            _, _, q = _passkey_parts(tokens[row], self.key_length)
+            logits[row, q] = nn.functional.one_hot(torch.tensor(15), self.vocab_size).float()
+        return logits
+
+
+def test_passkey_accuracy_per_digit_separates_the_first_digit():
+    # the first digit (fetched from the marker's place) apart from those that follow a shown digit;
+    # their mean is the default result, at every depth
+    args = dict(length=24, depths=[0, 8, 16], vocab_size=16, seed=0, batch=16)
+    digits = passkey_accuracy(FirstDigitMissed(16, 3), per_digit=True, **args)
+    assert digits.shape == (3, 3) and digits.tolist() == [[0.0, 1.0, 1.0]] * 3
+    together = passkey_accuracy(FirstDigitMissed(16, 3), **args)
+    assert torch.allclose(together, digits.mean(-1))
+    shallow = passkey_accuracy(PasskeyOracle(16, 2, up_to=8), key_length=2, per_digit=True, **args)
+    assert shallow.tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
+    with pytest.raises(TypeError, match="per_digit"):
+        passkey_accuracy(PasskeyOracle(16, 3), per_digit="yes", **args)
+
+
 def test_passkey_depths_span_the_first_token_to_just_before_the_query():
     # length 32, key 3: the query at 28, the marker's last place 32 - 8 = 24 (marker + key end at 27)
     assert passkey_depths(32, [0, 0.25, 0.5, 0.75, 1]) == [0, 6, 12, 18, 24]

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._checks import check_int, check_real, check_tensor, has_values
+from posenc._checks import check_bool, check_int, check_real, check_tensor, has_values
 
 __all__ = [
     "IGNORE_INDEX",
@@ -647,6 +647,7 @@ def passkey_accuracy(
     seed: int,
     key_length: int = 3,
     batch: int = 256,
+    per_digit: bool = False,
 ) -> Tensor:
     """Accuracy of the passkey's digits for the key hidden at each depth of ``depths``.
 
@@ -655,8 +656,14 @@ def passkey_accuracy(
     digits whose argmax is right. A fresh generator per depth, so every depth sees the same filler
     and keys, only moved. A model that cannot take ``length`` (a learned table) raises.
 
+    ``per_digit=True`` gives each digit's share of the ``batch`` sequences instead: digit 0 is the one
+    the model must fetch from the marker's place (it answers at the query token), digit ``j > 0`` the
+    one it answers right after being shown digit ``j - 1``, which it may also find by that digit.
+    Their mean over the digits is the default result.
+
     Shapes:
-        depths: a sequence of ints; returns ``(len(depths),)`` float32 on the CPU.
+        depths: a sequence of ints; returns ``(len(depths),)`` float32 on the CPU, or with
+        ``per_digit``, ``(len(depths), key_length)``.
     """
     device = _model_device(model)
     vocab_size = check_int("vocab_size", vocab_size, minimum=4)
@@ -666,6 +673,7 @@ def passkey_accuracy(
     depths = [check_int("depths[]", p, minimum=0) for p in depths]
     if not depths:
         raise ValueError("depths must hold at least one depth, got none")
+    per_digit = check_bool("per_digit", per_digit)
     result = []
     for p in depths:
         generator = torch.Generator().manual_seed(seed)
@@ -673,5 +681,9 @@ def passkey_accuracy(
             generator, batch, length, vocab_size=vocab_size, key_length=key_length, depth=p, device=device
         )
         hits = (model(tokens).argmax(-1) == targets) & mask  # (b, s)
-        result.append(hits.float().sum() / mask.float().sum())
-    return torch.stack(result).cpu()  # (len(depths),)
+        if per_digit:  # the k answered places of each row, in order: (b, k) -> (k,)
+            answered = hits[mask].view(hits.shape[0], -1)
+            result.append(answered.float().mean(0))
+        else:
+            result.append(hits.float().sum() / mask.float().sum())
+    return torch.stack(result).cpu()  # (len(depths),) or (len(depths), k)
