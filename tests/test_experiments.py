@@ -164,6 +164,47 @@ def test_one_passkey_checkpoint_reproduces_its_recorded_accuracies_at_every_leng
     assert min(inside) == 1.0
 
 
+def test_the_passkey_digits_are_the_records_models_scored_digit_by_digit(lab):
+    # experiments/passkey_digits.py: one row per scheme, seed, length, depth and digit (the learned
+    # table at L_0 only); the mean of each place's three digits is the record's number (6 decimals
+    # kept), so these are the record's models; seed 0's saved ALiBi model gives its digits again at
+    # L_0 and 2 L_0 (float16 weights: within 3 points of 128 sequences)
+    digits = load_script("experiments_passkey_digits", ROOT / "experiments" / "passkey_digits.py")
+    config = lab.CONFIG
+    with open(RECORD / "passkey_digits.csv", newline="") as handle:
+        found = list(csv.DictReader(handle))
+    assert tuple(found[0]) == digits.FIELDS
+    places: dict[tuple, list[float]] = {}
+    for row in found:
+        key = row["scheme"], int(row["seed"]), int(row["eval_length"]), int(row["depth"])
+        places.setdefault(key, []).append(float(row["accuracy"]))
+        assert int(row["n"]) == config["eval_batch"]
+    record = digits.recorded(lab)
+    assert set(places) == set(record)  # every place the record has, and only those
+    for key, values in places.items():
+        assert len(values) == config["passkey_key_length"]
+        assert abs(sum(values) / len(values) - record[key]) < 1e-6, key
+    meta = json.loads((RECORD / "passkey_digits.json").read_text())
+    assert meta["rows"] == len(found) and meta["largest_gap"] < 1e-6
+    assert meta["environment"]["cpu_capability"] == "AVX2"
+    model = lab.load_checkpoint(config, "passkey", "alibi", 0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        small = dict(config, passkey_lengths=config["passkey_lengths"][:2])
+        again = digits.digit_rows(lab, small, model, "alibi", 0)
+    finally:
+        torch.set_num_threads(threads)
+    seed0 = {
+        (int(r["eval_length"]), int(r["depth"]), int(r["digit"])): float(r["accuracy"])
+        for r in found
+        if (r["scheme"], r["seed"]) == ("alibi", "0")
+    }
+    assert len(again) == 2 * 5 * 3
+    for row in again:
+        assert abs(float(row["accuracy"]) - seed0[row["eval_length"], row["depth"], row["digit"]]) <= 0.03
+
+
 # ---- the comparison of a re-run with its record (--compare, the weekly workflow)
 
 
