@@ -91,7 +91,10 @@ CONFIG = {
     # inside L_0 (loss 1.17, the loss of guessing among the values present) after 600 steps at lr 5e-3,
     # 1000 and 3000 steps at 2e-3 (RoPE, ALiBi) and 3000 steps at 5e-3 (RoPE); and with every query
     # key followed by its value in the input (the MQAR form of Arora et al.), 3000 steps at 2e-3 (RoPE):
-    # 40 %, loss 1.19. So it is not recorded.
+    # 40 %, loss 1.19. With 2 pairs instead of 4 (posenc's associative_recall_batch, num_pairs=2; seed
+    # 0, lengths 5-32): 3000 steps at 2e-3 (batch 32) and 4000 of 8000 planned steps at 3e-3 (batch 64)
+    # stay at 53-55 % inside L_0 for RoPE and ALiBi alike (loss 0.58-0.63: guessing between the two
+    # values); with 4 pairs, 4000 steps at 1e-3 (batch 64), 41 %. So it is not recorded.
     "tasks": {
         "lag_copy": {"lag": 3, "min_len": 4},
         # chapter 10's training for this task: at the lab's 600 steps and lr 5e-3 no scheme learns it
@@ -216,7 +219,10 @@ def environment() -> dict:
     """Where a run trains: versions, the CPU's model and the instruction set torch's kernels use.
 
     Training is not reproducible across these: the same code and seeds on another CPU (or torch
-    build) sum in another order, and 1000 steps grow that into other weights. Chapter 10's
+    build) sum in another order, and 1000 steps grow that into other weights. The instruction set is
+    the part that can be chosen: on an AMD EPYC with AVX-512, ``ATEN_CPU_CAPABILITY=avx2
+    MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2`` re-trained the 35 passkey models of the
+    re-run (recorded with AVX2) number for number (``passkey_digits.py``), and without them did not. Chapter 10's
     marker-recall models did not come back when re-trained here (same code and seeds, another
     machine's record); the lab's stored arms predate this field.
     """
