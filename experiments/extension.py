@@ -214,12 +214,13 @@ def passkey_depths_of(config: dict, length: int) -> list[int]:
 
 
 @torch.no_grad()
-def passkey_dynamic(config: dict, model: TinyTransformer, length: int) -> torch.Tensor:
+def passkey_dynamic(config: dict, model: TinyTransformer, length: int, per_digit: bool = False) -> torch.Tensor:
     """As ``posenc.tasks.passkey_accuracy``, each digit predicted from its own prefix (dynamic NTK).
 
     The same sequences (a fresh generator from ``eval_seed`` per depth); the ``k`` digits are asked
     at ``q .. q + k - 1`` with ``q = length - k - 1``: one pass of each prefix ``0..q + j``.
-    Returns ``(depths,)`` float32.
+    Returns ``(depths,)`` float32, or with ``per_digit`` each digit's share apart, ``(depths, k)``
+    (``experiments/passkey_digits.py``).
     """
     k = config["passkey_key_length"]
     query = length - k - 1
@@ -232,7 +233,8 @@ def passkey_dynamic(config: dict, model: TinyTransformer, length: int) -> torch.
         hits = [
             model(tokens[:, : query + j + 1])[:, -1].argmax(-1) == targets[:, query + j] for j in range(k)
         ]  # k x (b,)
-        result.append(torch.stack(hits).float().mean())
+        hits = torch.stack(hits).float()  # (k, b)
+        result.append(hits.mean(1) if per_digit else hits.mean())
     return torch.stack(result)
 
 

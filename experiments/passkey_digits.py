@@ -23,9 +23,21 @@ ONEDNN_MAX_CPU_ISA=AVX2`` in the environment, as the kept record was. The merge 
 ``passkey_digits.json``: the environment it runs in (:func:`lab.environment`, which names the kernels'
 instruction set; run it as the parts were trained) and the largest difference.
 
+Chapter 10 (``--extension``): the same for the extension experiment's passkey stage
+(``experiments/extension.py``: RoPE with base 100, seeds 0-4, trained as the lab trains the passkey,
+rounded to float16, each of its seven methods at alpha 2, 4 and 8 with the key at five depths; dynamic
+NTK read per prefix), scored on the record's evaluation sequences. Fixed before these models were
+trained: chapter 10's 18 passkey verdicts (each method against no scaling at each alpha, on each
+seed's mean over the five depths, a paired 95 % t interval) computed on the first digit instead of
+the three; the chapter reports how many keep their winner and names each that does not. The mean of
+the three digits is compared with ``experiments/extension/results.csv`` the same way (its passkey
+stage was recorded with AVX2 kernels on an AMD EPYC: ``record.json``'s ``runs``).
+
 Usage: ``python experiments/passkey_digits.py SCHEME [SCHEME ...]`` writes one part per scheme to
 ``_build/passkey_digits/<scheme>.csv`` (scratch, not kept: run two processes on two cores, each with
 some of the schemes); ``--merge`` joins the parts into ``experiments/lab/passkey_digits.csv``.
+``--extension SEED [SEED ...]`` writes ``_build/passkey_digits/extension-seed<s>.csv``;
+``--merge-extension`` joins them into ``experiments/extension/passkey_digits.csv`` (and ``.json``).
 """
 
 from __future__ import annotations
@@ -39,18 +51,26 @@ from pathlib import Path
 
 import torch
 
+from posenc import records
 from posenc.tasks import passkey_accuracy
 
 OUT = Path(__file__).with_name("lab")
+EXTENSION_OUT = Path(__file__).with_name("extension")
+EXTENSION_FIELDS = ("method", "alpha", "seed", "depth", "digit", "accuracy", "n")
 PARTS = Path(__file__).resolve().parents[1] / "_build" / "passkey_digits"
 FIELDS = ("scheme", "seed", "eval_length", "depth", "digit", "accuracy", "n")
 
 
+def load_script(name: str):
+    """A sibling script (``lab.py``, ``extension.py``) as a module."""
+    spec = importlib.util.spec_from_file_location(f"experiments_{name}", Path(__file__).with_name(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_lab():
-    spec = importlib.util.spec_from_file_location("experiments_lab", Path(__file__).with_name("lab.py"))
-    lab = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lab)
-    return lab
+    return load_script("lab")
 
 
 def digit_rows(lab, config: dict, model, scheme: str, seed: int) -> list[dict]:
@@ -88,10 +108,10 @@ def digit_rows(lab, config: dict, model, scheme: str, seed: int) -> list[dict]:
     return rows
 
 
-def write(path: Path, rows: list[dict]) -> None:
+def write(path: Path, rows: list[dict], fields: tuple[str, ...] = FIELDS) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -148,9 +168,110 @@ def merge() -> None:
     print(f"{len(rows)} rows; largest |mean of the digits - record| {gap:.4f}")
 
 
+def extension_digit_rows(ext, lab, seed: int) -> list[dict]:
+    """One extension passkey model trained as ``extension.py`` trains it; one row per method, alpha,
+    depth and digit (dynamic NTK: each digit from its own prefix, as the record reads it)."""
+    config = ext.CONFIG
+    model = ext.make_model(config, seed)
+    lab.train_on_task(model, config, "passkey", seed)
+    model = records.round_to_checkpoint(model).eval()
+    return extension_model_rows(ext, model, seed)
+
+
+def extension_model_rows(ext, model, seed: int, factors=None) -> list[dict]:
+    """The rows of one (float16-rounded) extension passkey model at ``factors`` (default: all)."""
+    config = ext.CONFIG
+    k, L0 = config["passkey_key_length"], config["train_len"]
+    rows = []
+    for alpha in factors or config["factors"]:
+        length = alpha * L0
+        depths = ext.passkey_depths_of(config, length)
+        for method in config["methods"]:
+            scaled = ext.extended(config, model, method, alpha)
+            if method == "dynamic NTK":
+                accuracy = ext.passkey_dynamic(config, scaled, length, per_digit=True)
+            else:
+                accuracy = passkey_accuracy(
+                    scaled,
+                    length=length,
+                    depths=depths,
+                    vocab_size=config["vocab_size"],
+                    seed=config["eval_seed"],
+                    key_length=k,
+                    batch=config["eval_batch"],
+                    per_digit=True,
+                )  # (depths, k)
+            for depth, per_digit in zip(depths, accuracy.tolist(), strict=True):
+                for digit, value in enumerate(per_digit):
+                    rows.append(
+                        dict(
+                            method=method,
+                            alpha=alpha,
+                            seed=seed,
+                            depth=depth,
+                            digit=digit,
+                            accuracy=repr(value),
+                            n=config["eval_batch"],
+                        )
+                    )
+    return rows
+
+
+def extension_recorded(ext) -> dict[tuple, float]:
+    """The extension record's passkey numbers: (method, alpha, seed, depth) -> accuracy of the three digits."""
+    found = {}
+    for (stage, method, alpha, seed), curve in ext.load_results(EXTENSION_OUT / "results.csv").items():
+        if stage == "passkey":
+            for depth, accuracy in curve.items():
+                found[method, alpha, seed, depth] = accuracy
+    return found
+
+
+def extension_gap(rows: list[dict], record: dict[tuple, float]) -> float:
+    means: dict[tuple, list[float]] = {}
+    for row in rows:
+        key = row["method"], int(row["alpha"]), int(row["seed"]), int(row["depth"])
+        means.setdefault(key, []).append(float(row["accuracy"]))
+    return max(abs(sum(v) / len(v) - record[key]) for key, v in means.items())
+
+
+def train_extension(seeds: list[int]) -> None:
+    ext, lab = load_script("extension"), load_lab()
+    torch.set_num_threads(1)
+    record = extension_recorded(ext)
+    for seed in seeds:
+        if seed not in ext.CONFIG["seeds"]:
+            raise SystemExit(f"error: {seed} is not a seed of the extension experiment ({ext.CONFIG['seeds']})")
+        start = time.perf_counter()
+        rows = extension_digit_rows(ext, lab, seed)
+        write(PARTS / f"extension-seed{seed}.csv", rows, EXTENSION_FIELDS)
+        print(
+            f"extension seed {seed}: {time.perf_counter() - start:.0f} s;"
+            f" largest |mean of the digits - record| {extension_gap(rows, record):.4f}",
+            flush=True,
+        )
+
+
+def merge_extension() -> None:
+    ext, lab = load_script("extension"), load_lab()
+    rows = []
+    for seed in ext.CONFIG["seeds"]:
+        with open(PARTS / f"extension-seed{seed}.csv", newline="") as handle:
+            rows += list(csv.DictReader(handle))
+    write(EXTENSION_OUT / "passkey_digits.csv", rows, EXTENSION_FIELDS)
+    gap = extension_gap(rows, extension_recorded(ext))
+    meta = {"environment": lab.environment(), "git_commit": lab.git_commit(), "rows": len(rows), "largest_gap": gap}
+    (EXTENSION_OUT / "passkey_digits.json").write_text(json.dumps(meta, indent=1) + "\n")
+    print(f"{len(rows)} rows; largest |mean of the digits - record| {gap:.4f}")
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["--merge"]:
         merge()
+    elif sys.argv[1:] == ["--merge-extension"]:
+        merge_extension()
+    elif sys.argv[1:2] == ["--extension"] and sys.argv[2:]:
+        train_extension([int(seed) for seed in sys.argv[2:]])
     elif sys.argv[1:]:
         train(sys.argv[1:])
     else:
