@@ -205,6 +205,39 @@ def test_the_passkey_digits_are_the_records_models_scored_digit_by_digit(lab):
         assert abs(float(row["accuracy"]) - seed0[row["eval_length"], row["depth"], row["digit"]]) <= 0.03
 
 
+def test_the_extension_passkey_digits_are_the_records_models_scored_digit_by_digit(ext):
+    # passkey_digits.py --extension: one row per method, alpha, seed, depth and digit; the mean of
+    # each place's three digits is the extension record's number, so these are its models; seed 0's
+    # saved model gives its digits again at alpha 2 (every method, dynamic NTK per prefix)
+    digits = load_script("experiments_passkey_digits", ROOT / "experiments" / "passkey_digits.py")
+    config = ext.CONFIG
+    with open(ROOT / "experiments" / "extension" / "passkey_digits.csv", newline="") as handle:
+        found = list(csv.DictReader(handle))
+    assert tuple(found[0]) == digits.EXTENSION_FIELDS
+    record = digits.extension_recorded(ext)
+    places = {(r["method"], int(r["alpha"]), int(r["seed"]), int(r["depth"])) for r in found}
+    assert places == set(record)
+    assert len(found) == len(record) * config["passkey_key_length"]
+    assert digits.extension_gap(found, record) < 1e-6
+    meta = json.loads((ROOT / "experiments" / "extension" / "passkey_digits.json").read_text())
+    assert meta["rows"] == len(found) and meta["environment"]["cpu_capability"] == "AVX2"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = ext.load_checkpoint(config, ROOT / "experiments" / "extension" / "checkpoints" / "passkey-seed0.pt")
+        again = digits.extension_model_rows(ext, model, 0, factors=[2])
+    finally:
+        torch.set_num_threads(threads)
+    kept = {
+        (r["method"], int(r["depth"]), int(r["digit"])): float(r["accuracy"])
+        for r in found
+        if (r["alpha"], r["seed"]) == ("2", "0")
+    }
+    assert len(again) == len(kept) == len(config["methods"]) * 5 * config["passkey_key_length"]
+    for row in again:
+        assert abs(float(row["accuracy"]) - kept[row["method"], row["depth"], row["digit"]]) <= 0.03
+
+
 # ---- the comparison of a re-run with its record (--compare, the weekly workflow)
 
 
