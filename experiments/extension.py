@@ -238,6 +238,26 @@ def passkey_dynamic(config: dict, model: TinyTransformer, length: int, per_digit
     return torch.stack(result)
 
 
+def passkey_scores(
+    config: dict, scaled: TinyTransformer, method: str, length: int, per_digit: bool = False
+) -> torch.Tensor:
+    """The passkey at ``length``, the key at each of the record's depths, read by ``scaled`` (a model
+    already extended by ``method``): ``(depths,)``, or with ``per_digit`` each digit apart, ``(depths, k)``.
+    Dynamic NTK reads each digit from its own prefix (:func:`passkey_dynamic`)."""
+    if method == "dynamic NTK":
+        return passkey_dynamic(config, scaled, length, per_digit=per_digit)
+    return passkey_accuracy(
+        scaled,
+        length=length,
+        depths=passkey_depths_of(config, length),
+        vocab_size=config["vocab_size"],
+        seed=config["eval_seed"],
+        key_length=config["passkey_key_length"],
+        batch=config["eval_batch"],
+        per_digit=per_digit,
+    )
+
+
 def evaluate(
     config: dict, model: TinyTransformer, method: str, alpha: int, task: str = "marker_recall"
 ) -> torch.Tensor:
@@ -249,21 +269,8 @@ def evaluate(
     scaled = extended(config, model, method, alpha)
     length = alpha * config["train_len"]
     if task == "passkey":
-        depths = passkey_depths_of(config, length)
-        if method == "dynamic NTK":
-            accuracies = passkey_dynamic(config, scaled, length)
-        else:
-            accuracies = passkey_accuracy(
-                scaled,
-                length=length,
-                depths=depths,
-                vocab_size=config["vocab_size"],
-                seed=config["eval_seed"],
-                key_length=config["passkey_key_length"],
-                batch=config["eval_batch"],
-            )
         result = torch.full((length,), math.nan)
-        result[depths] = accuracies
+        result[passkey_depths_of(config, length)] = passkey_scores(config, scaled, method, length)
         return result
     if method == "dynamic NTK":
         return per_position_dynamic(config, scaled, length, task)

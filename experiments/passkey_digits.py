@@ -69,8 +69,13 @@ def load_script(name: str):
     return module
 
 
-def load_lab():
-    return load_script("lab")
+def digit_row_dicts(depths: list[int], accuracy: torch.Tensor, n: int, **place) -> list[dict]:
+    """CSV rows of a ``(depths, k)`` per-digit accuracy: one per depth and digit, ``place`` first."""
+    return [
+        dict(place, depth=depth, digit=digit, accuracy=repr(value), n=n)
+        for depth, per_digit in zip(depths, accuracy.tolist(), strict=True)
+        for digit, value in enumerate(per_digit)
+    ]
 
 
 def digit_rows(lab, config: dict, model, scheme: str, seed: int) -> list[dict]:
@@ -92,19 +97,7 @@ def digit_rows(lab, config: dict, model, scheme: str, seed: int) -> list[dict]:
             batch=batch,
             per_digit=True,
         )  # (depths, k)
-        for depth, per_digit in zip(depths, accuracy.tolist(), strict=True):
-            for digit, value in enumerate(per_digit):
-                rows.append(
-                    dict(
-                        scheme=scheme,
-                        seed=seed,
-                        eval_length=length,
-                        depth=depth,
-                        digit=digit,
-                        accuracy=repr(value),
-                        n=batch,
-                    )
-                )
+        rows += digit_row_dicts(depths, accuracy, batch, scheme=scheme, seed=seed, eval_length=length)
     return rows
 
 
@@ -127,17 +120,23 @@ def recorded(lab) -> dict[tuple, float]:
     return found
 
 
-def largest_gap(rows: list[dict], record: dict[tuple, float]) -> float:
-    """The largest |mean over the digits - the record's number| over the rows' models and places."""
+#: the fields that name a place of the record (the lab's, the extension's), in the record's key order
+LAB_PLACE = ("scheme", "seed", "eval_length", "depth")
+EXTENSION_PLACE = ("method", "alpha", "seed", "depth")
+
+
+def largest_gap(rows: list[dict], record: dict[tuple, float], place: tuple[str, ...] = LAB_PLACE) -> float:
+    """The largest |mean over the digits - the record's number| over the rows' places (``place``:
+    the fields of a row that make the record's key; a name field stays a string)."""
     means: dict[tuple, list[float]] = {}
     for row in rows:
-        key = row["scheme"], int(row["seed"]), int(row["eval_length"]), int(row["depth"])
+        key = tuple(row[f] if f in ("scheme", "method") else int(row[f]) for f in place)
         means.setdefault(key, []).append(float(row["accuracy"]))
     return max(abs(sum(v) / len(v) - record[key]) for key, v in means.items())
 
 
 def train(schemes: list[str]) -> None:
-    lab = load_lab()
+    lab = load_script("lab")
     torch.set_num_threads(1)
     config, record = lab.CONFIG, recorded(lab)
     for scheme in schemes:
@@ -155,17 +154,24 @@ def train(schemes: list[str]) -> None:
         )
 
 
-def merge() -> None:
-    lab = load_lab()
+def merge_parts(parts: list[str], out: Path, fields: tuple[str, ...], record: dict, place: tuple[str, ...]) -> None:
+    """Join ``PARTS/<part>.csv`` into ``out/passkey_digits.csv``; write ``passkey_digits.json`` (the
+    environment this runs in, the commit, the rows, the largest gap from ``record``)."""
+    lab = load_script("lab")
     rows = []
-    for scheme in lab.CONFIG["schemes"]:
-        with open(PARTS / f"{scheme}.csv", newline="") as handle:
+    for part in parts:
+        with open(PARTS / f"{part}.csv", newline="") as handle:
             rows += list(csv.DictReader(handle))
-    write(OUT / "passkey_digits.csv", rows)
-    gap = largest_gap(rows, recorded(lab))
+    write(out / "passkey_digits.csv", rows, fields)
+    gap = largest_gap(rows, record, place)
     meta = {"environment": lab.environment(), "git_commit": lab.git_commit(), "rows": len(rows), "largest_gap": gap}
-    (OUT / "passkey_digits.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (out / "passkey_digits.json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{len(rows)} rows; largest |mean of the digits - record| {gap:.4f}")
+
+
+def merge() -> None:
+    lab = load_script("lab")
+    merge_parts(lab.CONFIG["schemes"], OUT, FIELDS, recorded(lab), LAB_PLACE)
 
 
 def extension_digit_rows(ext, lab, seed: int) -> list[dict]:
@@ -181,39 +187,14 @@ def extension_digit_rows(ext, lab, seed: int) -> list[dict]:
 def extension_model_rows(ext, model, seed: int, factors=None) -> list[dict]:
     """The rows of one (float16-rounded) extension passkey model at ``factors`` (default: all)."""
     config = ext.CONFIG
-    k, L0 = config["passkey_key_length"], config["train_len"]
     rows = []
     for alpha in factors or config["factors"]:
-        length = alpha * L0
+        length = alpha * config["train_len"]
         depths = ext.passkey_depths_of(config, length)
         for method in config["methods"]:
             scaled = ext.extended(config, model, method, alpha)
-            if method == "dynamic NTK":
-                accuracy = ext.passkey_dynamic(config, scaled, length, per_digit=True)
-            else:
-                accuracy = passkey_accuracy(
-                    scaled,
-                    length=length,
-                    depths=depths,
-                    vocab_size=config["vocab_size"],
-                    seed=config["eval_seed"],
-                    key_length=k,
-                    batch=config["eval_batch"],
-                    per_digit=True,
-                )  # (depths, k)
-            for depth, per_digit in zip(depths, accuracy.tolist(), strict=True):
-                for digit, value in enumerate(per_digit):
-                    rows.append(
-                        dict(
-                            method=method,
-                            alpha=alpha,
-                            seed=seed,
-                            depth=depth,
-                            digit=digit,
-                            accuracy=repr(value),
-                            n=config["eval_batch"],
-                        )
-                    )
+            accuracy = ext.passkey_scores(config, scaled, method, length, per_digit=True)  # (depths, k)
+            rows += digit_row_dicts(depths, accuracy, config["eval_batch"], method=method, alpha=alpha, seed=seed)
     return rows
 
 
@@ -227,16 +208,8 @@ def extension_recorded(ext) -> dict[tuple, float]:
     return found
 
 
-def extension_gap(rows: list[dict], record: dict[tuple, float]) -> float:
-    means: dict[tuple, list[float]] = {}
-    for row in rows:
-        key = row["method"], int(row["alpha"]), int(row["seed"]), int(row["depth"])
-        means.setdefault(key, []).append(float(row["accuracy"]))
-    return max(abs(sum(v) / len(v) - record[key]) for key, v in means.items())
-
-
 def train_extension(seeds: list[int]) -> None:
-    ext, lab = load_script("extension"), load_lab()
+    ext, lab = load_script("extension"), load_script("lab")
     torch.set_num_threads(1)
     record = extension_recorded(ext)
     for seed in seeds:
@@ -247,22 +220,15 @@ def train_extension(seeds: list[int]) -> None:
         write(PARTS / f"extension-seed{seed}.csv", rows, EXTENSION_FIELDS)
         print(
             f"extension seed {seed}: {time.perf_counter() - start:.0f} s;"
-            f" largest |mean of the digits - record| {extension_gap(rows, record):.4f}",
+            f" largest |mean of the digits - record| {largest_gap(rows, record, EXTENSION_PLACE):.4f}",
             flush=True,
         )
 
 
 def merge_extension() -> None:
-    ext, lab = load_script("extension"), load_lab()
-    rows = []
-    for seed in ext.CONFIG["seeds"]:
-        with open(PARTS / f"extension-seed{seed}.csv", newline="") as handle:
-            rows += list(csv.DictReader(handle))
-    write(EXTENSION_OUT / "passkey_digits.csv", rows, EXTENSION_FIELDS)
-    gap = extension_gap(rows, extension_recorded(ext))
-    meta = {"environment": lab.environment(), "git_commit": lab.git_commit(), "rows": len(rows), "largest_gap": gap}
-    (EXTENSION_OUT / "passkey_digits.json").write_text(json.dumps(meta, indent=1) + "\n")
-    print(f"{len(rows)} rows; largest |mean of the digits - record| {gap:.4f}")
+    ext = load_script("extension")
+    parts = [f"extension-seed{seed}" for seed in ext.CONFIG["seeds"]]
+    merge_parts(parts, EXTENSION_OUT, EXTENSION_FIELDS, extension_recorded(ext), EXTENSION_PLACE)
 
 
 if __name__ == "__main__":

@@ -218,7 +218,7 @@ def test_the_extension_passkey_digits_are_the_records_models_scored_digit_by_dig
     places = {(r["method"], int(r["alpha"]), int(r["seed"]), int(r["depth"])) for r in found}
     assert places == set(record)
     assert len(found) == len(record) * config["passkey_key_length"]
-    assert digits.extension_gap(found, record) < 1e-6
+    assert digits.largest_gap(found, record, digits.EXTENSION_PLACE) < 1e-6
     meta = json.loads((ROOT / "experiments" / "extension" / "passkey_digits.json").read_text())
     assert meta["rows"] == len(found) and meta["environment"]["cpu_capability"] == "AVX2"
     threads = torch.get_num_threads()
