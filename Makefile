@@ -1,9 +1,9 @@
 # Two commands do all set-up on a fresh machine with Python 3.10+ and make:
 #   make book   - create .venv if missing, install the pinned toolchain and posenc, build the site
 #                 and its PDF edition (printed by headless Chromium)
-#   make test   - the same set-up, then, in this order: lint (ruff), unit tests (the workflow
-#                 checks among them), nbval, the warning-free build and PDF, the browser tests,
-#                 the PDF checks
+#   make test   - the same set-up, then, in this order: lint (ruff); the unit tests (the workflow
+#                 checks among them) and nbval, with the warning-free build and PDF running beside
+#                 them; the browser tests; the PDF checks
 # Also: make lint, make html (the site only), make pdf, make test-site (builds the site first), make execute (re-run every notebook
 # in place), make colab-check (every notebook as Colab runs it, in three environments of the
 # newest releases), make clean. Nothing but Python, make and (for the browser tests) Chromium
@@ -36,7 +36,7 @@ FAST_MALLOC := GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshol
 # they share .venv and _build.
 .NOTPARALLEL:
 
-.PHONY: setup book html pdf test lint test-unit test-notebooks notebooks-and-book test-site test-pdf lint-workflows browser execute colab-check clean
+.PHONY: setup book html pdf test lint test-unit test-notebooks tests-beside-book test-site test-pdf lint-workflows browser execute colab-check clean
 
 setup: $(STAMP)
 
@@ -104,21 +104,24 @@ $(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 
 # tools/lint-workflows.sh runs inside test-unit (tests/test_workflow.py, on the real workflows and
 # on broken ones), so `make lint-workflows` is a separate shortcut, not a step of `make test`.
-# nbval and the build run side by side: the build keeps about one core busy (the site's build ends
-# after about 27 s; then the PDF edition is one Chromium page printing and one Python process), and
-# nbval's two workers fill the rest. (Not make -j: .NOTPARALLEL above makes every target of this
-# Makefile run one at a time, so two make processes are started by hand, as book does for its two
-# builds.) The build's output goes to _build/book.log and is printed whole after both have ended, so
-# the two do not interleave; a failure of either fails the step. Measured on 2 cores, from an empty
-# _build with warm caches otherwise (2026-12-04): 162 s for both, against 89 + 121 s one after the other.
-test: lint test-unit notebooks-and-book test-site test-pdf
+# The unit tests and nbval run one after the other in front while the book builds in the background:
+# the build keeps about one core busy (the site's build ends after about 27 s; then the PDF edition is
+# one Chromium page printing and one Python process), and the tests' two workers fill the rest. (Not
+# make -j: .NOTPARALLEL above makes every target of this Makefile run one at a time, so two make
+# processes are started by hand, as book does for its two builds.) The build's output goes to
+# _build/book.log and is printed whole after all have ended, so the two do not interleave; a failure of
+# any of the three fails the step, and the tests in front all run even if one fails. Measured on 2
+# cores from an empty _build (2026-12-04): 196 s for the three, against 53 s for the unit tests and
+# then 188 s for nbval beside the build (the PDF edition printed its last 70 s alone, one core idle).
+test: lint tests-beside-book test-site test-pdf
 
-notebooks-and-book: $(STAMP) browser
+tests-beside-book: $(STAMP) browser
 	@mkdir -p _build; status=0; \
 	$(MAKE) --no-print-directory book > _build/book.log 2>&1 & book=$$!; \
+	$(MAKE) --no-print-directory test-unit || status=1; \
 	$(MAKE) --no-print-directory test-notebooks || status=1; \
 	wait $$book || status=1; \
-	echo "make book (beside nbval), its output:"; cat _build/book.log; \
+	echo "make book (beside the unit tests and nbval), its output:"; cat _build/book.log; \
 	exit $$status
 
 # ruff over all the Python: code/, tests/, tools/, book/_ext/, benchmarks/ and the notebooks

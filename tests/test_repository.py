@@ -96,20 +96,20 @@ def make_targets():
 
 
 def make_test_steps():
-    """The steps of `make test` in order, with notebooks-and-book replaced by the two targets its recipe
-    runs side by side (two make processes, the first in the background; its status is waited for)."""
-    recipe = re.search(r"^notebooks-and-book:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
-    assert recipe, "the Makefile's notebooks-and-book target has no recipe"
+    """The steps of `make test` in order, with tests-beside-book replaced by the three targets its recipe
+    runs (the book in the background, its status waited for; the unit tests, then nbval, in front)."""
+    recipe = re.search(r"^tests-beside-book:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.MULTILINE)
+    assert recipe, "the Makefile's tests-beside-book target has no recipe"
     text = recipe.group(1)
     side_by_side = re.findall(r"\$\(MAKE\) --no-print-directory ([\w-]+)", text)
-    assert side_by_side == ["book", "test-notebooks"]
-    # the build in the background, nbval in front; both statuses count, the build's output is shown
-    assert "book > _build/book.log 2>&1 & book=$$!" in text and text.count("|| status=1") == 2
+    assert side_by_side == ["book", "test-unit", "test-notebooks"]
+    # the build in the background, the tests in front; every status counts, the build's output is shown
+    assert "book > _build/book.log 2>&1 & book=$$!" in text and text.count("|| status=1") == 3
     assert text.index("test-notebooks") < text.index("wait $$book") < text.index("cat _build/book.log")
     assert text.rstrip().endswith("exit $$status")
     steps = []
     for step in make_prerequisites("test"):
-        steps += ["test-notebooks", "book"] if step == "notebooks-and-book" else [step]
+        steps += ["book", "test-unit", "test-notebooks"] if step == "tests-beside-book" else [step]
     return steps
 
 
@@ -118,8 +118,9 @@ def test_make_test_runs_every_check_in_order_and_the_site_tests_build_the_site_f
     # every check the Makefile defines (lint and each test-* target) is a step of `make test`, once
     checks = ["lint"] + [t for t in make_targets() if t.startswith("test-")]
     assert sorted(t for t in steps if t in checks) == sorted(checks) and len(set(steps)) == len(steps)
-    # cheapest first: lint, then the unit tests, before anything builds the book
-    assert steps[:2] == ["lint", "test-unit"] and steps.index("test-unit") < steps.index("book")
+    # cheapest first: lint, before anything builds the book; the unit tests are the first test in
+    # front of the build, nbval the second
+    assert steps[:4] == ["lint", "book", "test-unit", "test-notebooks"]
     # the browser and PDF tests run after the build, and each also builds what it tests when run alone
     assert steps.index("book") < steps.index("test-site") and steps.index("book") < steps.index("test-pdf")
     assert make_prerequisites("test-site")[0] == "book" and make_prerequisites("test-pdf")[0] == "book"
