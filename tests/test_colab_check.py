@@ -171,3 +171,22 @@ def test_the_venvs_are_where_the_book_build_does_not_look_for_sources():
         assert found == [], found
     finally:
         shutil.rmtree(planted)
+
+
+def test_torch_compile_caches_are_shared_only_by_environments_with_the_same_torch_closure(tmp_path):
+    """compile_cache: one folder per torch closure (torch, what it needs recursively, the Python)."""
+    closure = colab_check.torch_closure(Path(sys.executable))
+    import importlib.metadata as metadata
+
+    dists = closure["distributions"]
+    assert closure["python"] == ".".join(map(str, sys.version_info[:3]))
+    # torch and what it requires (sympy, and what sympy requires: mpmath), with this Python's versions
+    assert dists["torch"] == metadata.version("torch") and dists["sympy"] == metadata.version("sympy")
+    assert dists["mpmath"] == metadata.version("mpmath")
+    assert "transformers" not in dists and "numpy" not in dists  # not needed by torch
+    same = colab_check.compile_cache(tmp_path, json.loads(json.dumps(closure)))
+    assert same == colab_check.compile_cache(tmp_path, closure) and same.parent == tmp_path / "torch-compile"
+    for name in ("torch", "sympy", "mpmath"):
+        other = {**closure, "distributions": {**dists, name: "0.0.1"}}
+        assert colab_check.compile_cache(tmp_path, other) != same, name
+    assert colab_check.compile_cache(tmp_path, {**closure, "python": "3.10.0"}) != same
