@@ -93,6 +93,12 @@ def test_a_weekly_workflow_reruns_every_recorded_experiment_and_compares_it_with
     comparing = {p.name for p in (ROOT / "experiments").glob("*.py") if '"--compare"' in p.read_text()}
     assert comparing == {"lab.py", *(item["script"] for item in others)}
     assert job["permissions"] == {"contents": "read"}
+    # torch's kernels held to the instruction set the kept re-runs used (experiments/lab.py: environment)
+    assert job["env"] == {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    }
 
 
 def test_jobs_run_on_a_pinned_runner_image():
