@@ -57,16 +57,20 @@ def table_rows(nb) -> dict[str, str]:
     raise AssertionError("no table of verdicts in the chapter")
 
 
-def expected_text(verdicts: list[tuple[int | None, str]]) -> list[str]:
-    """What the row's verdict column must contain: one word, or each word with its factors."""
-    distinct = {v for _, v in verdicts}
-    if len(distinct) == 1:
-        return [WORDS[distinct.pop()]]
-    parts = []
-    for verdict in sorted(distinct, key=lambda v: min(a for a, w in verdicts if w == v)):
-        factors = ", ".join(str(a) for a, w in verdicts if w == verdict)
-        parts += [WORDS[verdict], f"$\\alpha = {factors}$"]
-    return parts
+def said_rightly(said: str, verdicts: list[tuple[int | None, str]]) -> bool:
+    """Whether a row's verdict column says these verdicts: one word, alone before the row's first
+    parenthesis, full stop or colon; or, when the factors differ, the first verdict with its factors in
+    the parenthesis after it ("다르다 ($\\alpha = 2, 4$...") and each other one after its factors
+    ("$\\alpha = 8, 16$에서는 가릴 수 없다")."""
+    groups: dict[str, list[str]] = {}
+    for factor, verdict in verdicts:
+        groups.setdefault(verdict, []).append(str(factor))
+    if len(groups) == 1:
+        return re.split(r" \(|[.:]", said, maxsplit=1)[0].strip() == WORDS[next(iter(groups))]
+    (first, factors), *others = groups.items()
+    if not said.startswith(f"{WORDS[first]} ($\\alpha = {', '.join(factors)}$"):
+        return False
+    return all(f"$\\alpha = {', '.join(f)}$에서는 {WORDS[v]}" in said for v, f in others)
 
 
 def problems(nb) -> list[str]:
@@ -88,9 +92,8 @@ def problems(nb) -> list[str]:
                 found.append(f"{start}: {said!r}, expected {NOT_JUDGED}")
             continue
         verdicts = [(int(m.group(1)) if (m := re.search(r"alpha (\d+)", n)) else None, claims[n]) for n in names]
-        parts = expected_text(verdicts)
-        if not (said.startswith(parts[0]) and all(p in said for p in parts)):
-            found.append(f"{start}: {said!r}, expected {parts}")
+        if not said_rightly(said, verdicts):
+            found.append(f"{start}: {said!r} does not say {verdicts}")
     return found
 
 
@@ -99,16 +102,20 @@ def test_the_chapter_13_table_reports_the_verdicts_the_cell_computed():
 
 
 def test_a_row_that_says_what_the_cell_did_not_find_fails():
-    """Planted in a copy: the T5 row says 다르다, the PI row 같다 (the cell: agrees; disagrees at 2, 4)."""
-    for start, old, new in (
+    """Planted in copies: the T5 row says 다르다; the PI row says 같다, or swaps its factors between
+    다르다 and 가릴 수 없다 (the cell: disagrees at 2 and 4, cannot tell at 8 and 16)."""
+    plants = (
         ("T5 편향도 나빠지지만", "| 같다 |", "| 다르다 |"),
         ("외삽은 attention 점수를", "**다르다**", "같다"),
-    ):
+        ("외삽은 attention 점수를", "$\\alpha = 2, 4$에서 외삽이", "$\\alpha = 8, 16$에서 외삽이"),
+        ("외삽은 attention 점수를", "$\\alpha = 8, 16$에서는 가릴 수 없다", "$\\alpha = 8$에서는 가릴 수 없다"),
+    )
+    for start, old, new in plants:
         nb = nbformat.read(NOTEBOOK, as_version=4)
         cell = next(c for c in nb.cells if c.cell_type == "markdown" and "| 주장 | 출처 |" in c.source)
         lines = cell.source.splitlines()
         row = next(i for i, line in enumerate(lines) if line.startswith(f"| {start}"))
-        assert old in lines[row]
+        assert old in lines[row], old
         lines[row] = lines[row].replace(old, new)
         cell.source = "\n".join(lines)
-        assert any(p.startswith(start) for p in problems(nb)), start
+        assert any(p.startswith(start) for p in problems(nb)), (start, new)
