@@ -109,7 +109,7 @@ $(PDF_FILE): $(PDF_SOURCES) | $(STAMP) browser
 # one Chromium page printing and one Python process), and the tests' two workers fill the rest. (Not
 # make -j: .NOTPARALLEL above makes every target of this Makefile run one at a time, so two make
 # processes are started by hand, as book does for its two builds.) The build's output goes to
-# _build/book.log and is printed whole after all have ended, so the two do not interleave; a failure of
+# _build/book.log and is printed whole after all have ended, so it does not interleave with the tests'; a failure of
 # any of the three fails the step, and the tests in front all run even if one fails. Measured on 2
 # cores from an empty _build (2026-12-04): 196 s for the three, against 53 s for the unit tests and
 # then 188 s for nbval beside the build (the PDF edition printed its last 70 s alone, one core idle).

@@ -7,6 +7,7 @@ up (and nothing it does not), and the comparison of two environments finds what 
 from __future__ import annotations
 
 import glob
+import importlib.metadata as metadata
 import json
 import shutil
 import subprocess
@@ -176,8 +177,6 @@ def test_the_venvs_are_where_the_book_build_does_not_look_for_sources():
 def test_torch_compile_caches_are_shared_only_by_environments_with_the_same_torch_closure(tmp_path):
     """compile_cache: one folder per torch closure (torch, what it needs recursively, the Python)."""
     closure = colab_check.torch_closure(Path(sys.executable))
-    import importlib.metadata as metadata
-
     dists = closure["distributions"]
     assert closure["python"] == ".".join(map(str, sys.version_info[:3]))
     # torch and what it requires (sympy, and what sympy requires: mpmath), with this Python's versions
