@@ -11,6 +11,9 @@ accuracy (seed-0 checkpoint, the record's evaluation sequences) falls below one 
 the first-layer lag head looks at from the last query.
 
 Usage: ``python experiments/aliasing.py`` (needs ``experiments/lab/checkpoints/lag_copy-rope-seed0.pt``).
+``--compare --seeds`` and ``--compare --bases`` train the models of ``--seeds`` or ``--bases`` again,
+write nothing, and fail when chapter 9's reading of the kept file changes (:func:`compare_rows`); the
+weekly workflow runs them.
 
 ``--seeds``: rule B of chapter 9 on other seeds. Rule B was set after seeing seed 0 (where it
 predicted the fall exactly): among the first-layer heads whose mean logit over every query and key
@@ -151,26 +154,37 @@ def analyse(config: dict, model, seed: int) -> dict:
     }
 
 
-def seeds(out: Path) -> None:
-    """Rule B (and rule A) against the observed fall on :data:`OTHER_SEEDS`; write ``aliasing.csv``."""
+def seed_rows(out: Path | None) -> list[dict]:
+    """Rule B (and rule A) against the observed fall on :data:`OTHER_SEEDS`, one row each; the first
+    new seed's model is saved to ``out``'s checkpoints (``None``: nothing is written)."""
     lab = load_lab()
     torch.set_num_threads(1)
     config = lab.CONFIG
     rows = []
     for seed in OTHER_SEEDS:
         model, _ = lab.fit(config, "rope", "lag_copy", seed)
-        if seed == OTHER_SEEDS[4]:  # the first new seed: kept for chapter 9
+        if seed == OTHER_SEEDS[4] and out is not None:  # the first new seed: kept for chapter 9
             records.save_checkpoint(model, lab.checkpoint_path("lag_copy", "rope", seed, out))
             model = lab.load_checkpoint(config, "lag_copy", "rope", seed, out)
         else:
             model = records.round_to_checkpoint(model).eval()  # as a saved model reads
         rows.append(analyse(config, model, seed))
         print(rows[-1], flush=True)
-    with open(out / "aliasing.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
+    return rows
+
+
+def seeds(out: Path) -> None:
+    """Rule B (and rule A) against the observed fall on :data:`OTHER_SEEDS`; write ``aliasing.csv``."""
+    rows = seed_rows(out)
+    write(out / "aliasing.csv", rows, FIELDS)
+    print(f"rule B hit {sum(r['hit'] for r in rows)} of {len(rows)} seeds")
+
+
+def write(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    print(f"rule B hit {sum(r['hit'] for r in rows)} of {len(rows)} seeds")
 
 
 def frequency_only(inv_freq: torch.Tensor, lag: int, longest: int) -> int | None:
@@ -193,9 +207,9 @@ def base_config(config: dict, base: float) -> dict:
     return {**config, "position_options": options}
 
 
-def bases(out: Path) -> None:
-    """Rule B, rule A and the two weight-free predictions on :data:`BASES` x :data:`BASE_SEEDS`; write
-    ``aliasing_bases.csv`` and print the verdict fixed in advance."""
+def base_rows(out: Path | None) -> list[dict]:
+    """Rule B, rule A and the two weight-free predictions on :data:`BASES` x :data:`BASE_SEEDS`, one
+    row each; each base's seed-0 model is saved to ``out``'s checkpoints (``None``: nothing is written)."""
     lab = load_lab()
     torch.set_num_threads(1)
     lag, L0 = lab.CONFIG["tasks"]["lag_copy"]["lag"], lab.CONFIG["train_len"]
@@ -206,7 +220,7 @@ def bases(out: Path) -> None:
         for seed in BASE_SEEDS:
             model, _ = lab.fit(config, "rope", "lag_copy", seed)
             assert model.scheme.rotary.base == base
-            if seed == BASE_SEEDS[0]:  # kept for chapter 9
+            if seed == BASE_SEEDS[0] and out is not None:  # kept for chapter 9
                 path = base_checkpoint_path(base, seed, out)
                 records.save_checkpoint(model, path)
                 model = records.load_checkpoint(lab.make_model(config, "rope", seed), path)
@@ -223,24 +237,84 @@ def bases(out: Path) -> None:
                 }
             )
             print(rows[-1], flush=True)
-    with open(out / "aliasing_bases.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=BASE_FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    rule, constant = sum(r["hit"] for r in rows), sum(r["constant_guess"] for r in rows)
-    frequency = sum(r["frequency_only"] == r["fall"] for r in rows)
-    supported = rule >= 8 and rule > constant
+    return rows
+
+
+def base_verdict(rows: list[dict]) -> tuple[int, int, int, bool]:
+    """Rule B's hits, the constant guess's, the frequencies' and the verdict fixed in advance
+    (supported: rule B hits at least 8 of the 10 models and more than the constant guess). Reads
+    rows as written or as read back from the CSV (every value a string)."""
+    rule = sum(int(r["hit"]) for r in rows)
+    constant = sum(int(r["constant_guess"]) for r in rows)
+    frequency = sum(str(r["frequency_only"]) == str(r["fall"]) for r in rows)
+    return rule, constant, frequency, rule >= 8 and rule > constant
+
+
+def bases(out: Path) -> None:
+    """Write ``aliasing_bases.csv`` (:func:`base_rows`) and print the verdict fixed in advance."""
+    rows = base_rows(out)
+    write(out / "aliasing_bases.csv", rows, BASE_FIELDS)
+    rule, constant, frequency, supported = base_verdict(rows)
     print(f"rule B hits {rule} of {len(rows)}; the constant guess {constant}; the frequencies alone {frequency}")
     print("verdict (fixed in advance):", "supported" if supported else "not supported")
 
 
-def main() -> None:
+def seed_conclusions(rows: list[dict]) -> tuple[int, list[str]]:
+    """What chapter 9 reads from ``aliasing.csv``: rule B's hits, and the distinct observed falls."""
+    return sum(int(r["hit"]) for r in rows), sorted({str(r["fall"]) for r in rows})
+
+
+def compare_rows(kind: str, kept: list[dict], new: list[dict]) -> list[str]:
+    """What a re-run ``new`` of ``--seeds`` or ``--bases`` changes in chapter 9's reading of the kept
+    rows, one line each. ``--seeds``: rule B's number of hits, or the set of falls (every kept seed
+    falls at 122). ``--bases``: the verdict fixed in advance. The distances themselves are not
+    compared one by one: the kept files do not say where they trained, and training does not
+    reproduce across machines (``lab.py``: environment); the rows are printed side by side."""
+    if kind == "seeds":
+        before, after = seed_conclusions(kept), seed_conclusions(new)
+        names = ("rule B's hits", "the falls")
+    else:
+        before, after = base_verdict(kept)[3:], base_verdict(new)[3:]
+        names = ("supported (fixed in advance)",)
+    return [
+        f"{name}: {was} in the kept file, now {now}"
+        for name, was, now in zip(names, before, after, strict=True)
+        if was != now
+    ]
+
+
+def compare(kind: str, out: Path) -> int:
+    """``--compare --seeds`` / ``--compare --bases``: train the models again (nothing is written) and
+    compare with ``aliasing.csv`` / ``aliasing_bases.csv`` (:func:`compare_rows`)."""
+    name = "aliasing.csv" if kind == "seeds" else "aliasing_bases.csv"
+    with open(out / name, newline="") as handle:
+        kept = list(csv.DictReader(handle))
+    new = seed_rows(None) if kind == "seeds" else base_rows(None)
+    for a, b in zip(kept, new, strict=True):
+        same = {k: str(v) for k, v in b.items()} == a
+        print(
+            f"kept {a['fall']:>4s}/{a['rule_b']:>4s}, now {b['fall']!s:>4s}/{b['rule_b']!s:>4s} (fall/rule B)",
+            "same row" if same else "",
+        )
+    problems = compare_rows(kind, kept, new)
+    for line in problems:
+        print(line)
+    print(f"{name}: conclusions that changed: {len(problems)}")
+    return 1 if problems else 0
+
+
+def main() -> int:
+    out = Path(__file__).with_name("lab")
+    if sys.argv[1:] in (["--compare", "--seeds"], ["--compare", "--bases"]):
+        return compare(sys.argv[2][2:], out)
     if sys.argv[1:] == ["--seeds"]:
-        seeds(Path(__file__).with_name("lab"))
-        return
+        seeds(out)
+        return 0
     if sys.argv[1:] == ["--bases"]:
-        bases(Path(__file__).with_name("lab"))
-        return
+        bases(out)
+        return 0
+    if sys.argv[1:]:
+        raise SystemExit(__doc__)
     torch.set_num_threads(1)
     lab = load_lab()
     config = lab.CONFIG
@@ -268,7 +342,8 @@ def main() -> None:
     print("mean |c_i| per pair at distance", lag, ":", [round(v, 3) for v in size.tolist()])
     print(f"carrying pairs ({SHARE:.0%}): {pairs.tolist()}; predicted alias distance (tol 30 deg): {predicted}")
     print(f"observed: accuracy first below 1/2 at m = {fall}; last query looks {looked_at} back")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -37,6 +37,8 @@ Usage (from the repository root, with the project's venv; one thread)::
     python experiments/extension.py --check           # re-evaluate every checkpoint against the record
     python experiments/extension.py --compare         # re-run --record into a temporary folder and
                                                       # compare its numbers with the stored record
+    python experiments/extension.py --compare --against replication  # the same for --replicate's new
+                                                      # seeds, against replication.csv
 
 Outputs in ``experiments/extension/``: ``results.csv`` (one row per stage, method, alpha, seed and
 position with a measured accuracy; stage ``base`` is marker recall, ``fine_tuned`` its fine-tuned
@@ -637,6 +639,49 @@ def compare(config: dict, out: Path = OUT, tolerance: float = TOLERANCE) -> int:
 RERUN_FIELDS = ("stage", "method", "alpha", "seed", "band", "accuracy")
 
 
+def read_rerun_bands(path: Path) -> dict[tuple, float]:
+    """A ``rerun.csv`` or ``replication.csv`` as ``{(stage, method, alpha, seed, band): mean}``, the
+    keys of :func:`band_means` (its bands are :func:`rerun_bands`'s)."""
+    with open(path, newline="") as handle:
+        return {
+            (r["stage"], r["method"], int(r["alpha"]), int(r["seed"]), r["band"]): float(r["accuracy"])
+            for r in csv.DictReader(handle)
+        }
+
+
+def compare_replication(config: dict, out: Path = OUT, tolerance: float = TOLERANCE) -> int:
+    """``--compare --against replication``: train the replication again (:func:`replication_config`,
+    every task) into a temporary folder and compare its band means (:func:`rerun_bands`) with
+    ``replication.csv``, by :func:`compare`'s three rules: number for number within ``tolerance``
+    only if ``replication.json`` was written in this environment; on any machine, no verdict of a
+    method against no scaling may change sides, and the unscaled models must still work inside the
+    training length. Returns 1 when any fails.
+    """
+    lab = load_lab()
+    config = replication_config(config)
+    meta = json.loads((out / "replication.json").read_text())
+    exact = lab.same_machine(meta, environment())
+    recorded = read_rerun_bands(out / "replication.csv")
+    with tempfile.TemporaryDirectory() as scratch:
+        record(config, Path(scratch), ["marker_recall", *config["other_tasks"]])
+        new = {
+            (r["stage"], r["method"], r["alpha"], r["seed"], r["band"]): float(r["accuracy"])
+            for r in rerun_bands(config, load_results(Path(scratch) / "results.csv"))
+        }
+    problems = lab.compare_numbers(recorded, new, tolerance) if exact else []
+    reversals = reversed_verdicts(config, recorded, new)
+    broken = broken_training(recorded, new)
+    for line in problems + reversals + broken:
+        print(line)
+    print(
+        f"replication.json written in this environment: {exact}; {len(problems)} band means beyond"
+        f" {tolerance:.1%}{'' if exact else ' (not compared)'}; verdicts against no scaling that changed"
+        f" sides or are missing: {len(reversals)}; unscaled models off inside L_0: {len(broken)};"
+        f" largest change of a band mean {lab.largest_change(recorded, new):.4f}"
+    )
+    return 1 if problems or reversals or broken else 0
+
+
 def rerun_bands(config: dict, curves: dict) -> list[dict]:
     """The band means chapter 10 compares, one row per curve and band, for ``rerun.csv``.
 
@@ -720,6 +765,12 @@ def main(argv: list[str] | None = None) -> int:
         help="train every task on new seeds (REPLICATION_SEEDS); write band means to replication.csv",
     )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="--compare: largest band-mean change")
+    parser.add_argument(
+        "--against",
+        choices=("record", "replication"),
+        default="record",
+        help="--compare: the record (results.csv) or the replication's new seeds (replication.csv)",
+    )
     args = parser.parse_args(argv)
     if args.tasks and not args.record:
         parser.error("--tasks goes with --record")
@@ -727,7 +778,11 @@ def main(argv: list[str] | None = None) -> int:
         record(CONFIG, OUT, args.tasks.split(",") if args.tasks else None)
         return 0
     if args.compare:
+        if args.against == "replication":
+            return compare_replication(CONFIG, OUT, args.tolerance)
         return compare(CONFIG, OUT, args.tolerance)
+    if args.against != "record":
+        parser.error("--against goes with --compare")
     if args.rerun:
         rerun(CONFIG, OUT)
         return 0

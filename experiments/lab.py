@@ -36,7 +36,10 @@ Usage (from the repository root, with the project's venv; one thread per process
                                            # temporary folder, or --keep DIR); fail if a verdict
                                            # changes sides, its inside-L_0 mean keeps less than half
                                            # its margin over chance, or (an arm recorded on this
-                                           # machine) a band moves > TOLERANCE
+                                           # machine) a band moves > TOLERANCE; a passkey arm's
+                                           # first digit is compared with passkey_digits.csv too
+    python experiments/lab.py --compare --against replication --arm passkey t5  # the same, on the
+                                           # replication's seeds, against replication.csv
 
 An arm takes 5-15 minutes of one loaded core (``record.json`` has each arm's time); arms are
 independent, so they can run in separate processes. Outputs in ``experiments/lab/``:
@@ -58,6 +61,7 @@ import platform
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import torch
@@ -113,6 +117,16 @@ CONFIG = {
     "checkpoint_seeds": [0],
     "checkpoint_dtype": "float16",
 }
+
+
+def _sibling(name: str):
+    """A script beside this one (``passkey_digits.py``) as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"experiments_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
@@ -285,11 +299,13 @@ def write_rows(path: Path, rows: list[dict]) -> None:
         writer.writerows(rows)
 
 
-def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
+def record(config: dict, task: str, scheme: str, out: Path = OUT, on_model=None) -> None:
     """Train and evaluate one arm (a task and a scheme) on every seed; write its part (csv and json).
 
     An arm whose part is already written is skipped (a stopped run resumes); each model depends on its
     seed only, so arms can run in any order or in separate processes and give the same record.
+    ``on_model(seed, model)``, if given, is called with each trained model (float32, eval mode) before
+    it is evaluated.
     """
     if part_path(task, scheme, "json", out).exists():
         print(f"{task} {scheme}: already recorded", flush=True)
@@ -302,6 +318,8 @@ def record(config: dict, task: str, scheme: str, out: Path = OUT) -> None:
         tick = time.perf_counter()
         model, loss = fit(config, scheme, task, seed)
         trained = time.perf_counter() - tick
+        if on_model is not None:
+            on_model(seed, model)
         for row in evaluate(config, model, scheme, task):
             rows.append({"scheme": scheme, "task": task, "seed": seed, **row, "accuracy": _format(row["accuracy"])})
         key = f"{task}/{scheme}/{seed}"
@@ -527,49 +545,130 @@ def broken_training(config: dict, recorded: dict, new: dict, task: str, scheme: 
     return []
 
 
-def compare(config: dict, arms: list[tuple[str, str]], tolerance: float = TOLERANCE, keep: Path | None = None) -> int:
-    """Re-run ``arms`` from scratch into a temporary folder (or ``keep``) and compare with the record.
+def arm_problems(
+    config: dict, recorded: dict, new: dict, task: str, scheme: str, exact: bool, tolerance: float = TOLERANCE
+) -> list[str]:
+    """What a re-run ``new`` of the arm ``(task, scheme)`` changes in ``recorded`` (both as
+    :func:`band_numbers` gives them), one line each: with ``exact`` (the arm was kept from this
+    machine: :func:`same_machine`), every number beyond ``tolerance``; on any machine, a verdict that
+    changes sides (:func:`reversed_verdicts`) and a training that collapsed (:func:`broken_training`).
+    """
+    mine = {k: v for k, v in recorded.items() if k[:2] == (scheme, task)}
+    problems = compare_numbers(mine, new, tolerance) if exact else []
+    problems += reversed_verdicts(config, recorded, new, task, scheme)
+    return problems + broken_training(config, recorded, new, task, scheme)
+
+
+def largest_change(recorded: dict, new: dict) -> float:
+    """The largest |change| of a number present on both sides (NaN: none)."""
+    moved = [abs(new[k] - v) for k, v in recorded.items() if k in new and not math.isnan(v) and not math.isnan(new[k])]
+    return max(moved, default=math.nan)
+
+
+#: what ``--compare --against`` compares an arm's re-run with: the record (seeds 0-4) or the
+#: replication (``--replicate``: seeds 5-9), each a CSV and the JSON that says where it trained
+AGAINST = {"record": ("results.csv", "record.json"), "replication": ("replication.csv", "replication.json")}
+
+
+def passkey_first_digits(config: dict, rows: list[dict]) -> dict[tuple, float]:
+    """The first digit's accuracy of ``passkey_digits.py``'s rows, keyed as :func:`band_numbers` keys
+    the passkey (scheme, task, seed, ``depth``, length, depth, the query's position), so that
+    :func:`reversed_verdicts` and :func:`compare_numbers` read it as they read the record."""
+    key_length = config["passkey_key_length"]
+    return {
+        (
+            row["scheme"],
+            "passkey",
+            str(row["seed"]),
+            "depth",
+            str(row["eval_length"]),
+            str(row["depth"]),
+            str(int(row["eval_length"]) - key_length - 1),
+        ): float(row["accuracy"])
+        for row in rows
+        if int(row["digit"]) == 0
+    }
+
+
+def compare(
+    config: dict,
+    arms: list[tuple[str, str]],
+    tolerance: float = TOLERANCE,
+    keep: Path | None = None,
+    against: str = "record",
+) -> int:
+    """Re-run ``arms`` from scratch into a temporary folder (or ``keep``) and compare them with what
+    the repository keeps of them: ``against="record"``, ``results.csv`` (the record's seeds) and, for
+    a passkey arm, the first digit of ``passkey_digits.csv`` (the same models scored digit by digit:
+    ``passkey_digits.py``); ``against="replication"``, ``replication.csv`` (its new seeds).
 
     Training does not reproduce number for number across machines and code versions (re-trained
     with today's code on the machine that records now, the stored lag-copy and marker-recall arms,
     trained on an unrecorded machine with older code, moved a band by up to 4 and 73 points; the
     passkey arms, trained with nearly today's code, not at all: ``rerun.csv``, read in chapter 9).
-    So an arm recorded where this runs (:func:`same_machine`) must give every band back within
-    ``tolerance`` (no stored arm has its environment yet: the check applies to arms recorded from
-    now on); on any machine, no verdict of the arm against any other scheme of the record, in any
-    band or passkey depth, may change sides (:func:`reversed_verdicts`; a wider family than the
+    So an arm kept from the machine this runs on (:func:`same_machine`) must give every number back
+    within ``tolerance``; on any machine, no verdict of the arm against any other scheme, in any band
+    or passkey depth, may change sides (:func:`reversed_verdicts`; a wider family than the
     chapter's), and the inside-``L_0`` mean must keep half its margin over chance
     (:func:`broken_training`: it catches a training that collapses toward chance, not a smaller
     loss; the half was set after the first rule, the record's seed spread, failed an honest re-run,
-    and has been tried on that one re-run).
+    and has been tried on that one re-run). :func:`arm_problems` applies the three.
     Returns the number of problems.
     """
     import tempfile
 
-    meta = json.loads((OUT / "record.json").read_text())
+    results_name, meta_name = AGAINST[against]
+    if against == "replication":
+        config = replication_config(config)
+    meta = json.loads((OUT / meta_name).read_text())
     env = environment()
-    recorded = band_numbers(OUT / "results.csv")
+    recorded = band_numbers(OUT / results_name)
+    digits = []
+    if against == "record" and any(task == "passkey" for task, _ in arms):
+        with open(OUT / "passkey_digits.csv", newline="") as handle:
+            digits = list(csv.DictReader(handle))
+        first_recorded = passkey_first_digits(config, digits)
+        digit_meta = json.loads((OUT / "passkey_digits.json").read_text())
     problems, exact = [], []
     with tempfile.TemporaryDirectory() as scratch:
         folder = keep or Path(scratch)
         for task, scheme in arms:
-            record(config, task, scheme, folder)
+            scored: list[dict] = []
+            score = None
+            if task == "passkey" and digits:
+                per_digit = _sibling("passkey_digits")
+
+                # digit_rows reads the passkey's depths from the lab module it is given: this one
+                here = types.SimpleNamespace(passkey_depths=passkey_depths)
+
+                def score(seed, model, scheme=scheme, scored=scored, per_digit=per_digit, here=here):
+                    scored.extend(per_digit.digit_rows(here, config, model, scheme, seed))
+
+            record(config, task, scheme, folder, on_model=score)
             new = band_numbers(part_path(task, scheme, "csv", folder))
-            mine = {k: v for k, v in recorded.items() if k[:2] == (scheme, task)}
-            if same_machine(meta.get("environments", {}).get(f"{task}/{scheme}"), env):
+            same = same_machine(meta.get("environments", {}).get(f"{task}/{scheme}"), env)
+            if same:
                 exact.append(f"{task}/{scheme}")
-                problems += compare_numbers(mine, new, tolerance)
-            problems += reversed_verdicts(config, recorded, new, task, scheme)
-            problems += broken_training(config, recorded, new, task, scheme)
-            moved = [
-                abs(new[k] - v) for k, v in mine.items() if k in new and not math.isnan(v) and not math.isnan(new[k])
-            ]
-            print(f"{task} {scheme}: largest change of a band or depth {max(moved, default=math.nan):.4f}", flush=True)
+            problems += arm_problems(config, recorded, new, task, scheme, same, tolerance)
+            mine = {k: v for k, v in recorded.items() if k[:2] == (scheme, task)}
+            print(f"{task} {scheme}: largest change of a band or depth {largest_change(mine, new):.4f}", flush=True)
+            if scored:  # the same models' first digit against passkey_digits.csv
+                first = passkey_first_digits(config, scored)
+                same = same_machine(digit_meta.get("environment"), env)
+                if same:
+                    exact.append(f"passkey_digits/{scheme}")
+                problems += [
+                    f"first digit: {line}"
+                    for line in arm_problems(config, first_recorded, first, task, scheme, same, tolerance)
+                ]
+                mine = {k: v for k, v in first_recorded.items() if k[0] == scheme}
+                print(f"{task} {scheme}: largest change of a first digit {largest_change(mine, first):.4f}", flush=True)
     for line in problems:
         print(line)
     print(
-        f"arms recorded on this machine, compared number for number (within {tolerance:.1%}): {exact or 'none'};"
-        f" verdicts that changed sides, numbers missing and inside-L_0 means that moved: {len(problems)} problems"
+        f"against the {against} ({results_name}): arms kept from this machine, compared number for number"
+        f" (within {tolerance:.1%}): {exact or 'none'}; verdicts that changed sides, numbers missing and"
+        f" inside-L_0 means that moved: {len(problems)} problems"
     )
     return len(problems)
 
@@ -676,6 +775,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="--compare: largest band change")
     parser.add_argument(
+        "--against",
+        choices=sorted(AGAINST),
+        default="record",
+        help="--compare: the record's seeds (results.csv; a passkey arm also passkey_digits.csv) or the"
+        " replication's (replication.csv)",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         help="--compare, --rerun, --replicate: write the re-run's parts here (parts already there are reused)",
@@ -693,7 +799,9 @@ def main(argv: list[str] | None = None) -> int:
         if task not in CONFIG["tasks"] or scheme not in CONFIG["schemes"]:
             parser.error(f"--arm {task} {scheme}: not a task and scheme of CONFIG")
     if args.compare:
-        return 1 if compare(CONFIG, [tuple(arm) for arm in arms], args.tolerance, args.keep) else 0
+        return 1 if compare(CONFIG, [tuple(arm) for arm in arms], args.tolerance, args.keep, args.against) else 0
+    if args.against != "record":
+        parser.error("--against goes with --compare")
     if args.rerun:
         rerun(CONFIG, [tuple(arm) for arm in arms], args.keep)
         return 0

@@ -38,6 +38,9 @@ Usage: ``python experiments/passkey_digits.py SCHEME [SCHEME ...]`` writes one p
 some of the schemes); ``--merge`` joins the parts into ``experiments/lab/passkey_digits.csv``.
 ``--extension SEED [SEED ...]`` writes ``_build/passkey_digits/extension-seed<s>.csv``;
 ``--merge-extension`` joins them into ``experiments/extension/passkey_digits.csv`` (and ``.json``).
+``--compare --extension`` trains the extension's models again and compares their digits with the kept
+file (:func:`compare_extension`; the weekly workflow runs it). The lab's digits are compared by
+``lab.py --compare --arm passkey SCHEME``, which trains the same models.
 """
 
 from __future__ import annotations
@@ -231,7 +234,57 @@ def merge_extension() -> None:
     merge_parts(parts, EXTENSION_OUT, EXTENSION_FIELDS, extension_recorded(ext), EXTENSION_PLACE)
 
 
+def extension_first_digits(rows: list[dict]) -> dict[tuple, float]:
+    """The first digit of extension rows, keyed as ``extension.band_means`` keys the passkey
+    (``("passkey", method, alpha, seed, "depth p")``), and its mean over the depths (band ``depths``,
+    as chapter 10 compares it)."""
+    out: dict[tuple, float] = {}
+    for row in rows:
+        if int(row["digit"]) == 0:
+            key = ("passkey", row["method"], int(row["alpha"]), int(row["seed"]))
+            out[(*key, f"depth {row['depth']}")] = float(row["accuracy"])
+    for key in {k[:4] for k in list(out)}:
+        depths = [v for k, v in out.items() if k[:4] == key]
+        out[(*key, "depths")] = sum(depths) / len(depths)
+    return out
+
+
+def compare_extension_rows(ext, kept: list[dict], new: list[dict], exact: bool, tolerance: float) -> list[str]:
+    """What a re-run ``new`` changes in the kept extension digits, one line each: on any machine, a
+    verdict of a method against no scaling on the first digit (per alpha, at each depth and on the
+    mean over the depths: a wider family than chapter 10's 18) that changes sides; with ``exact``
+    (the kept file was written in this environment), every first digit beyond ``tolerance``."""
+    lab = load_script("lab")
+    before, after = extension_first_digits(kept), extension_first_digits(new)
+    problems = lab.compare_numbers(before, after, tolerance) if exact else []
+    return problems + ext.reversed_verdicts(ext.CONFIG, before, after)
+
+
+def compare_extension() -> int:
+    """``--compare --extension``: train the extension's passkey models again (seeds 0-4; nothing is
+    written) and compare their digits with ``experiments/extension/passkey_digits.csv``. The lab's
+    digits are compared by ``lab.py --compare --arm passkey SCHEME``, which trains those models anyway."""
+    ext, lab = load_script("extension"), load_script("lab")
+    torch.set_num_threads(1)
+    with open(EXTENSION_OUT / "passkey_digits.csv", newline="") as handle:
+        kept = list(csv.DictReader(handle))
+    meta = json.loads((EXTENSION_OUT / "passkey_digits.json").read_text())
+    exact = lab.same_machine(meta["environment"], lab.environment())
+    new = [row for seed in ext.CONFIG["seeds"] for row in extension_digit_rows(ext, lab, seed)]
+    problems = compare_extension_rows(ext, kept, new, exact, lab.TOLERANCE)
+    for line in problems:
+        print(line)
+    moved = lab.largest_change(extension_first_digits(kept), extension_first_digits(new))
+    print(
+        f"kept in this environment: {exact}; largest change of a first digit {moved:.4f};"
+        f" problems (verdicts that changed sides{', numbers beyond 1 point' if exact else ''}): {len(problems)}"
+    )
+    return 1 if problems else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--compare", "--extension"]:
+        sys.exit(compare_extension())
     if sys.argv[1:] == ["--merge"]:
         merge()
     elif sys.argv[1:] == ["--merge-extension"]:

@@ -390,17 +390,36 @@ def compare_means(recorded: dict, new: dict) -> list[str]:
     return problems
 
 
+def load_bands(path: Path) -> dict[tuple[str, str, str, int, int], float]:
+    """``bands.csv`` keyed as :func:`load_results` keys a loss, with the band's first position folded
+    into the length: ``{(stage, scheme, method, seed, (eval_length, lo)): loss}`` (so :func:`seed_means`
+    averages each band over the seeds)."""
+    with open(path, newline="") as handle:
+        return {
+            (r["stage"], r["scheme"], r["method"], int(r["seed"]), (int(r["eval_length"]), int(r["lo"]))): float(
+                r["loss"]
+            )
+            for r in csv.DictReader(handle)
+        }
+
+
 def compare(config: dict, out: Path = OUT, jobs: int = 1) -> int:
-    """Re-run :func:`record` into a temporary folder; compare every seed-mean loss with the record."""
-    recorded = seed_means(load_results(out / "results.csv"))
+    """Re-run :func:`record` into a temporary folder; compare every seed-mean loss with the record,
+    per evaluation length (``results.csv``) and per band of positions (``bands.csv``)."""
+    problems = []
     with tempfile.TemporaryDirectory() as scratch:
         record(config, Path(scratch), jobs)
-        new = seed_means(load_results(Path(scratch) / "results.csv"))
-        largest = max(abs(new[k] - recorded[k]) for k in recorded if k in new)
-    problems = compare_means(recorded, new)
+        for name, load in (("results.csv", load_results), ("bands.csv", load_bands)):
+            recorded, new = seed_means(load(out / name)), seed_means(load(Path(scratch) / name))
+            largest = max(abs(new[k] - recorded[k]) for k in recorded if k in new)
+            found = compare_means(recorded, new)
+            problems += found
+            print(
+                f"{name}: {len(recorded)} seed means compared, largest change {largest:.4f} nats,"
+                f" {len(found)} beyond tolerance"
+            )
     for line in problems:
         print(line)
-    print(f"{len(recorded)} seed means compared, largest change {largest:.4f} nats, {len(problems)} beyond tolerance")
     return 1 if problems else 0
 
 

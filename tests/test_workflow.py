@@ -81,15 +81,23 @@ def test_a_weekly_workflow_reruns_every_recorded_experiment_and_compares_it_with
     assert "make setup" in runs
     assert any('"experiments/$SCRIPT" --compare $ARGS' in run for run in runs)
     assert all("${{" not in run for run in runs), "pass matrix values through env:, not into the script"
-    # one job per arm of lab.py's CONFIG, and one for each other script with a --compare
-    # (extension.py; real_text.py on the runner's cores, one process each)
+    # two jobs per arm of lab.py's CONFIG (against the record and against the replication), and one
+    # for each other script with a --compare, and each of its kinds of run
     lab = load_script("lab")
     include = job["strategy"]["matrix"]["include"]
     arms = [tuple(item["args"].split()) for item in include if item["script"] == "lab.py"]
     expected = [("--arm", task, scheme) for task in lab.CONFIG["tasks"] for scheme in lab.CONFIG["schemes"]]
-    assert sorted(arms) == sorted(expected)
+    assert sorted(arms) == sorted(expected + [("--against", "replication", *arm) for arm in expected])
     others = [item for item in include if item["script"] != "lab.py"]
-    assert others == [{"script": "extension.py", "args": ""}, {"script": "real_text.py", "args": "--jobs 2"}]
+    assert others == [
+        {"script": "extension.py", "args": ""},
+        {"script": "extension.py", "args": "--against replication"},
+        {"script": "real_text.py", "args": "--jobs 2"},
+        {"script": "passkey_digits.py", "args": "--extension"},
+        {"script": "aliasing.py", "args": "--seeds"},
+        {"script": "aliasing.py", "args": "--bases"},
+        {"script": "sinusoidal_scale.py", "args": ""},
+    ]
     comparing = {p.name for p in (ROOT / "experiments").glob("*.py") if '"--compare"' in p.read_text()}
     assert comparing == {"lab.py", *(item["script"] for item in others)}
     assert job["permissions"] == {"contents": "read"}
@@ -99,6 +107,39 @@ def test_a_weekly_workflow_reruns_every_recorded_experiment_and_compares_it_with
         "MKL_ENABLE_INSTRUCTIONS": "AVX2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
     }
+
+
+#: every results file the repository keeps under experiments/, and the weekly job that trains its models
+#: again and compares (script, args); rerun.csv holds the record's seeds trained again, so the
+#: record's jobs compare the same models
+KEPT_RESULTS = {
+    "extension/passkey_digits.csv": ("passkey_digits.py", "--extension"),
+    "extension/replication.csv": ("extension.py", "--against replication"),
+    "extension/rerun.csv": ("extension.py", ""),
+    "extension/results.csv": ("extension.py", ""),
+    "lab/aliasing.csv": ("aliasing.py", "--seeds"),
+    "lab/aliasing_bases.csv": ("aliasing.py", "--bases"),
+    "lab/passkey_digits.csv": ("lab.py", "--arm passkey rope"),
+    "lab/replication.csv": ("lab.py", "--against replication --arm lag_copy rope"),
+    "lab/rerun.csv": ("lab.py", "--arm lag_copy rope"),
+    "lab/results.csv": ("lab.py", "--arm lag_copy rope"),
+    "lab/sinusoidal_scale.csv": ("sinusoidal_scale.py", ""),
+    "real_text/bands.csv": ("real_text.py", "--jobs 2"),
+    "real_text/results.csv": ("real_text.py", "--jobs 2"),
+}
+
+
+def test_every_kept_result_is_trained_again_and_compared_every_week():
+    kept = sorted(str(p.relative_to(ROOT / "experiments")) for p in (ROOT / "experiments").glob("*/*.csv"))
+    assert kept == sorted(KEPT_RESULTS), "a kept result without a weekly job (add it to KEPT_RESULTS and the matrix)"
+    include = load(EXPERIMENTS)["jobs"]["rerun"]["strategy"]["matrix"]["include"]
+    jobs = {(item["script"], item["args"]) for item in include}
+    assert set(KEPT_RESULTS.values()) <= jobs
+    # each file's script reads it when it compares
+    for name, (script, _) in KEPT_RESULTS.items():
+        source = (ROOT / "experiments" / script).read_text()
+        base = Path(name).name
+        assert base in source or (base == "rerun.csv" and "results.csv" in source), (name, script)
 
 
 def test_jobs_run_on_a_pinned_runner_image():
