@@ -291,10 +291,10 @@ def compare(kind: str, out: Path) -> int:
         kept = list(csv.DictReader(handle))
     new = seed_rows(None) if kind == "seeds" else base_rows(None)
     for a, b in zip(kept, new, strict=True):
-        same = {k: str(v) for k, v in b.items()} == a
+        moved = [k for k, v in b.items() if str(v) != a[k]]
         print(
-            f"kept {a['fall']:>4s}/{a['rule_b']:>4s}, now {b['fall']!s:>4s}/{b['rule_b']!s:>4s} (fall/rule B)",
-            "same row" if same else "",
+            f"kept {a['fall']:>4s}/{a['rule_b']:>4s}, now {b['fall']!s:>4s}/{b['rule_b']!s:>4s} (fall/rule B);",
+            f"other fields that moved: {', '.join(f'{k} {a[k]} -> {b[k]}' for k in moved) or 'none'}",
         )
     problems = compare_rows(kind, kept, new)
     for line in problems:
