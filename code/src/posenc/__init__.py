@@ -57,7 +57,7 @@ from posenc.rope_scaling import (
     rope_spec,
 )
 from posenc.sinusoidal import frequencies, shift_matrix, sinusoid_frequencies, sinusoidal_encoding, sinusoidal_table
-from posenc.stats import PairedComparison, paired_comparison, paired_comparisons
+from posenc.stats import PairedComparison, bonferroni_confidence, paired_comparison, paired_comparisons
 from posenc.xpos import XPOS_ROLES, apply_xpos, xpos_zeta
 
 __all__ = [
@@ -89,6 +89,7 @@ __all__ = [
     "analysis",
     "apply_rope",
     "apply_xpos",
+    "bonferroni_confidence",
     "carrying_pairs",
     "causal_mask",
     "default_device",

@@ -18,7 +18,8 @@ mean difference ``mean(delta)`` over the ``n`` seeds:
 The **verdict** is ``"A better"`` or ``"B better"`` only when the interval excludes zero, else
 ``"indistinguishable"``: "no difference shown", never "equal". ``higher_is_better=False`` is for a
 loss. Each interval holds its own confidence; for many comparisons at once,
-:func:`paired_comparisons` can widen each one (Bonferroni) so that the whole table keeps it.
+:func:`bonferroni_confidence` gives the confidence that widens each one so that the whole family
+keeps it (Bonferroni), and :func:`paired_comparisons` can apply it to a table.
 
 The t quantile is computed here (SciPy is not a dependency): the t distribution's CDF from the
 regularised incomplete beta function (a continued fraction), inverted by bisection.
@@ -36,6 +37,7 @@ import numpy as np
 __all__ = [
     "VERDICTS",
     "PairedComparison",
+    "bonferroni_confidence",
     "paired_comparison",
     "paired_comparisons",
     "student_t_cdf",
@@ -232,6 +234,16 @@ def _check_confidence(confidence: object) -> float:
     return float(confidence)
 
 
+def bonferroni_confidence(comparisons: int, confidence: float = 0.95) -> float:
+    """The confidence each of ``comparisons`` intervals needs so that all of them hold together with at
+    least ``confidence`` (Bonferroni): ``1 - (1 - confidence) / comparisons``. With 119 comparisons at
+    95 %, each interval is at 1 - 0.05/119, about 99.96 %. Pass it as :func:`paired_comparison`'s
+    ``confidence``."""
+    if isinstance(comparisons, bool) or not isinstance(comparisons, numbers.Integral) or comparisons < 1:
+        raise ValueError(f"comparisons must be an integer >= 1, got {comparisons!r}")
+    return 1.0 - (1.0 - _check_confidence(confidence)) / int(comparisons)
+
+
 def paired_comparison(
     a: object,
     b: object,
@@ -314,7 +326,7 @@ def paired_comparisons(
     confidence = _check_confidence(confidence)
     if not isinstance(bonferroni, bool):
         raise TypeError(f"bonferroni must be a bool, got {bonferroni!r}")
-    each = 1.0 - (1.0 - confidence) / len(arms) if bonferroni else confidence
+    each = bonferroni_confidence(len(arms), confidence) if bonferroni else confidence
     result = {}
     for label, pair in arms.items():
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
