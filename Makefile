@@ -17,7 +17,8 @@ BUILD_FLAGS := -W -n --keep-going
 NBVAL := --nbval --nbval-sanitize-with tests/nbval_sanitize.cfg
 # pytest-xdist workers for the unit tests, nbval and the browser tests (auto: one per core).
 # nbval keeps each notebook whole on one worker (--dist loadfile): its cells share one kernel and
-# run in order.
+# run in order. book/conftest.py starts a kernel again (up to three times) if it dies while starting:
+# two workers' kernels can pick the same port.
 JOBS ?= auto
 
 unexport PYTHONDONTWRITEBYTECODE

@@ -4,6 +4,7 @@ Each case runs nbval in strict mode (--nbval, never --nbval-lax) on a fixture no
 fresh pytest process, exactly as the Makefile's test-notebooks target does on book/.
 """
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,35 @@ def test_the_sanitizer_masks_addresses_and_kernel_paths_only(sanitize):
         assert result.returncode == 0, result.stdout + result.stderr
     else:
         assert result.returncode == 1 and "2 failed" in result.stdout, result.stdout + result.stderr
+
+
+def load_book_conftest():
+    spec = importlib.util.spec_from_file_location("book_conftest", ROOT / "book" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kernel_that_dies_while_starting_is_started_again_and_only_that():
+    book = load_book_conftest()
+    calls = []
+
+    def flaky(fail_times, error=RuntimeError):
+        def start(**kwargs):
+            calls.append(kwargs)
+            if len(calls) <= fail_times:
+                raise error("Kernel died before replying to kernel_info")
+            return "km", "kc"
+
+        return start
+
+    assert book.retrying(flaky(2))(kernel_name="python3") == ("km", "kc")
+    assert len(calls) == 3 and all(c == {"kernel_name": "python3"} for c in calls)
+    calls.clear()
+    with pytest.raises(RuntimeError, match="Kernel died"):
+        book.retrying(flaky(3))(kernel_name="python3")  # three failures: the notebook fails
+    assert len(calls) == 3
+    calls.clear()
+    with pytest.raises(ValueError, match="Kernel died"):
+        book.retrying(flaky(1, ValueError))(kernel_name="python3")  # not a start failure: not retried
+    assert len(calls) == 1
