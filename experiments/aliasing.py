@@ -176,15 +176,8 @@ def seed_rows(out: Path | None) -> list[dict]:
 def seeds(out: Path) -> None:
     """Rule B (and rule A) against the observed fall on :data:`OTHER_SEEDS`; write ``aliasing.csv``."""
     rows = seed_rows(out)
-    write(out / "aliasing.csv", rows, FIELDS)
+    load_lab().write_rows(out / "aliasing.csv", rows, FIELDS)
     print(f"rule B hit {sum(r['hit'] for r in rows)} of {len(rows)} seeds")
-
-
-def write(path: Path, rows: list[dict], fields: tuple[str, ...]) -> None:
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def frequency_only(inv_freq: torch.Tensor, lag: int, longest: int) -> int | None:
@@ -253,7 +246,7 @@ def base_verdict(rows: list[dict]) -> tuple[int, int, int, bool]:
 def bases(out: Path) -> None:
     """Write ``aliasing_bases.csv`` (:func:`base_rows`) and print the verdict fixed in advance."""
     rows = base_rows(out)
-    write(out / "aliasing_bases.csv", rows, BASE_FIELDS)
+    load_lab().write_rows(out / "aliasing_bases.csv", rows, BASE_FIELDS)
     rule, constant, frequency, supported = base_verdict(rows)
     print(f"rule B hits {rule} of {len(rows)}; the constant guess {constant}; the frequencies alone {frequency}")
     print("verdict (fixed in advance):", "supported" if supported else "not supported")

@@ -61,7 +61,6 @@ import platform
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -117,16 +116,6 @@ CONFIG = {
     "checkpoint_seeds": [0],
     "checkpoint_dtype": "float16",
 }
-
-
-def _sibling(name: str):
-    """A script beside this one (``passkey_digits.py``) as a module."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"experiments_{name}", HERE / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_model(config: dict, scheme: str, seed: int) -> TinyTransformer:
@@ -229,6 +218,39 @@ def evaluate(config: dict, model: TinyTransformer, scheme: str, task: str) -> li
     return rows
 
 
+def digit_row_dicts(depths: list[int], accuracy: torch.Tensor, n: int, **place) -> list[dict]:
+    """CSV rows of a ``(depths, k)`` per-digit accuracy: one per depth and digit, ``place`` first."""
+    return [
+        dict(place, depth=depth, digit=digit, accuracy=repr(value), n=n)
+        for depth, per_digit in zip(depths, accuracy.tolist(), strict=True)
+        for digit, value in enumerate(per_digit)
+    ]
+
+
+def digit_rows(config: dict, model, scheme: str, seed: int) -> list[dict]:
+    """The rows of ``passkey_digits.csv`` for one passkey model: one per length, depth and digit
+    (:func:`posenc.tasks.passkey_accuracy` with ``per_digit=True``; the learned table at ``L_0`` only)."""
+    L0, k, batch = config["train_len"], config["passkey_key_length"], config["eval_batch"]
+    rows = []
+    for multiple in config["passkey_lengths"]:
+        length = multiple * L0
+        if scheme == "learned" and length > config["position_options"]["learned"]["max_positions"]:
+            continue  # no vector past the table
+        depths = passkey_depths(config, length)
+        accuracy = passkey_accuracy(
+            model,
+            length=length,
+            depths=depths,
+            vocab_size=config["vocab_size"],
+            seed=config["eval_seed"],
+            key_length=k,
+            batch=batch,
+            per_digit=True,
+        )  # (depths, k)
+        rows += digit_row_dicts(depths, accuracy, batch, scheme=scheme, seed=seed, eval_length=length)
+    return rows
+
+
 def environment() -> dict:
     """Where a run trains: versions, the CPU's model and the instruction set torch's kernels use.
 
@@ -291,10 +313,11 @@ def part_path(task: str, scheme: str, suffix: str, out: Path = OUT) -> Path:
     return out / "parts" / f"{task}-{scheme}.{suffix}"
 
 
-def write_rows(path: Path, rows: list[dict]) -> None:
-    """Rows of :data:`CSV_FIELDS` as a CSV file (an arm's part, ``results.csv``, ``rerun.csv``)."""
+def write_rows(path: Path, rows: list[dict], fields: tuple[str, ...] = CSV_FIELDS) -> None:
+    """Rows as a CSV file with columns ``fields`` (default :data:`CSV_FIELDS`: an arm's part,
+    ``results.csv``, ``rerun.csv``; the side experiments pass their own)."""
     with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_FIELDS, lineterminator="\n")
+        writer = csv.DictWriter(handle, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
 
@@ -636,13 +659,9 @@ def compare(
             scored: list[dict] = []
             score = None
             if task == "passkey" and digits:
-                per_digit = _sibling("passkey_digits")
 
-                # digit_rows reads the passkey's depths from the lab module it is given: this one
-                here = types.SimpleNamespace(passkey_depths=passkey_depths)
-
-                def score(seed, model, scheme=scheme, scored=scored, per_digit=per_digit, here=here):
-                    scored.extend(per_digit.digit_rows(here, config, model, scheme, seed))
+                def score(seed, model, scheme=scheme, scored=scored):
+                    scored.extend(digit_rows(config, model, scheme, seed))
 
             record(config, task, scheme, folder, on_model=score)
             new = band_numbers(part_path(task, scheme, "csv", folder))

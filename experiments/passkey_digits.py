@@ -55,7 +55,6 @@ from pathlib import Path
 import torch
 
 from posenc import records
-from posenc.tasks import passkey_accuracy
 
 OUT = Path(__file__).with_name("lab")
 EXTENSION_OUT = Path(__file__).with_name("extension")
@@ -70,38 +69,6 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def digit_row_dicts(depths: list[int], accuracy: torch.Tensor, n: int, **place) -> list[dict]:
-    """CSV rows of a ``(depths, k)`` per-digit accuracy: one per depth and digit, ``place`` first."""
-    return [
-        dict(place, depth=depth, digit=digit, accuracy=repr(value), n=n)
-        for depth, per_digit in zip(depths, accuracy.tolist(), strict=True)
-        for digit, value in enumerate(per_digit)
-    ]
-
-
-def digit_rows(lab, config: dict, model, scheme: str, seed: int) -> list[dict]:
-    """One row per length, depth and digit of one model (the learned table: at ``L_0`` only)."""
-    L0, k, batch = config["train_len"], config["passkey_key_length"], config["eval_batch"]
-    rows = []
-    for multiple in config["passkey_lengths"]:
-        length = multiple * L0
-        if scheme == "learned" and length > config["position_options"]["learned"]["max_positions"]:
-            continue  # no vector past the table
-        depths = lab.passkey_depths(config, length)
-        accuracy = passkey_accuracy(
-            model,
-            length=length,
-            depths=depths,
-            vocab_size=config["vocab_size"],
-            seed=config["eval_seed"],
-            key_length=k,
-            batch=batch,
-            per_digit=True,
-        )  # (depths, k)
-        rows += digit_row_dicts(depths, accuracy, batch, scheme=scheme, seed=seed, eval_length=length)
-    return rows
 
 
 def write(path: Path, rows: list[dict], fields: tuple[str, ...] = FIELDS) -> None:
@@ -148,7 +115,7 @@ def train(schemes: list[str]) -> None:
         start, rows = time.perf_counter(), []
         for seed in config["seeds"]:
             model, _ = lab.fit(config, scheme, "passkey", seed)
-            rows += digit_rows(lab, config, model, scheme, seed)
+            rows += lab.digit_rows(config, model, scheme, seed)
         write(PARTS / f"{scheme}.csv", rows)
         print(
             f"{scheme}: {len(config['seeds'])} models, {time.perf_counter() - start:.0f} s;"
@@ -189,7 +156,7 @@ def extension_digit_rows(ext, lab, seed: int) -> list[dict]:
 
 def extension_model_rows(ext, model, seed: int, factors=None) -> list[dict]:
     """The rows of one (float16-rounded) extension passkey model at ``factors`` (default: all)."""
-    config = ext.CONFIG
+    config, lab = ext.CONFIG, load_script("lab")
     rows = []
     for alpha in factors or config["factors"]:
         length = alpha * config["train_len"]
@@ -197,7 +164,7 @@ def extension_model_rows(ext, model, seed: int, factors=None) -> list[dict]:
         for method in config["methods"]:
             scaled = ext.extended(config, model, method, alpha)
             accuracy = ext.passkey_scores(config, scaled, method, length, per_digit=True)  # (depths, k)
-            rows += digit_row_dicts(depths, accuracy, config["eval_batch"], method=method, alpha=alpha, seed=seed)
+            rows += lab.digit_row_dicts(depths, accuracy, config["eval_batch"], method=method, alpha=alpha, seed=seed)
     return rows
 
 

@@ -163,10 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     rows = train_rows(lab, args.scale, args.seeds or lab.CONFIG["seeds"], args.device)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=FIELDS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    lab.write_rows(args.out, rows, FIELDS)
     return 0
 
 

@@ -234,6 +234,22 @@ def test_bonferroni_keeps_a_family_of_null_comparisons_at_its_level():
     assert corrected / families < 0.08
 
 
+def test_a_comparison_read_at_another_confidence_keeps_its_seeds_names_method_and_direction():
+    loss = paired_comparison(
+        [1.0, 1.1, 0.9, 1.05, 0.98], [1.2, 1.3, 1.1, 1.21, 1.2], names=("a", "b"), higher_is_better=False
+    )
+    wide = loss.at(bonferroni_confidence(1000))
+    assert wide == paired_comparison(
+        loss.a, loss.b, names=("a", "b"), confidence=1 - 0.05 / 1000, higher_is_better=False
+    )
+    assert (wide.names, wide.method, wide.higher_is_better) == (("a", "b"), "t", False)
+    assert wide.low < loss.low and wide.high > loss.high and loss.winner == "a"
+    boot = paired_comparison(loss.a, loss.b, method="bootstrap").at(0.9)
+    assert boot.method == "bootstrap" and boot.confidence == 0.9
+    with pytest.raises(ValueError, match="confidence"):
+        loss.at(1.5)
+
+
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True, "5", None])
 def test_bonferroni_confidence_rejects_a_count_that_is_not_a_positive_integer(bad):
     with pytest.raises(ValueError, match="comparisons must be an integer >= 1"):

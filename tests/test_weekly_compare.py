@@ -77,11 +77,11 @@ def test_a_passkey_arm_is_compared_with_the_kept_first_digits_too(lab, monkeypat
         def __init__(self, change=lambda row: row):
             self.change = change
 
-        def digit_rows(self, _lab, _config, _model, scheme, seed):
+        def __call__(self, _config, _model, scheme, seed):
             return [self.change(dict(r)) for r in digits if r["scheme"] == scheme and int(r["seed"]) == seed]
 
     monkeypatch.setattr(lab, "record", KeptRun(lab, LAB / "results.csv"))
-    monkeypatch.setattr(lab, "_sibling", lambda name: Digits())
+    monkeypatch.setattr(lab, "digit_rows", Digits())
     assert lab.compare(lab.CONFIG, [("passkey", "rope")]) == 0
     assert "passkey rope: largest change of a first digit 0.0000" in capsys.readouterr().out
 
@@ -92,7 +92,7 @@ def test_a_passkey_arm_is_compared_with_the_kept_first_digits_too(lab, monkeypat
             row["accuracy"] = "1.0"
         return row
 
-    monkeypatch.setattr(lab, "_sibling", lambda name: Digits(perfect))
+    monkeypatch.setattr(lab, "digit_rows", Digits(perfect))
     assert lab.compare(lab.CONFIG, [("passkey", "rope")]) > 0
     out = capsys.readouterr().out
     assert (

@@ -202,6 +202,19 @@ class PairedComparison:
     def __str__(self) -> str:
         return self.summary()
 
+    def at(self, confidence: float) -> PairedComparison:
+        """The same comparison (seeds, names, method, direction) at another ``confidence``, e.g. at
+        :func:`bonferroni_confidence` to read it corrected within a family. A bootstrap is redrawn with
+        :func:`paired_comparison`'s default ``resamples`` and ``seed``."""
+        return paired_comparison(
+            self.a,
+            self.b,
+            names=self.names,
+            confidence=confidence,
+            method=self.method,
+            higher_is_better=self.higher_is_better,
+        )
+
 
 def _as_values(name: str, values: object) -> tuple[float, ...]:
     """A 1-D sequence of finite real numbers (list, tuple, NumPy or torch 1-D) as a tuple of floats."""
