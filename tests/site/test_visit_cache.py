@@ -43,6 +43,16 @@ def test_a_kept_visit_is_used_while_nothing_changed(small_site, tmp_path):
     assert kept_visit(cache, small_site, CODE) == found
 
 
+def test_a_kept_visit_without_a_probe_this_run_registered_is_visited_again(small_site, tmp_path):
+    # a run of one test module keeps visits with that module's probes only; a later run with more
+    # modules must not read a missing probe from it (it raised KeyError)
+    cache = tmp_path / "cache" / "1280--book__a.html.json"
+    found = findings(REQUESTED_FILES)
+    keep_visit(cache, small_site, CODE, found, "book/a.html")
+    assert kept_visit(cache, small_site, CODE, [GUARDED, REQUESTED]) == found
+    assert kept_visit(cache, small_site, CODE, [GUARDED, "test_other.some_probe"]) is None
+
+
 @pytest.mark.parametrize(
     "change",
     ["the page", "a style sheet it asked for", "a file it asked for that was missing", "the code", "the record"],
