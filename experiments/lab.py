@@ -725,7 +725,7 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None, n
     import tempfile
 
     meta = json.loads((OUT / "record.json").read_text())
-    rows, losses, seconds, commits, where = [], {}, {}, set(), {}
+    rows, losses, seconds, commits, where, kept = [], {}, {}, set(), {}, []
     earlier = OUT / f"{name}.json"
     if earlier.exists() and (OUT / f"{name}.csv").exists():
         old = json.loads(earlier.read_text())
@@ -737,13 +737,9 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None, n
         seconds = {arm: old["seconds_per_arm"][arm] for arm in kept}
         where = {arm: old["environments"][arm] for arm in kept}
         commits = set(old["git_commit"]) if kept else set()
-        arms = [tuple(arm.split("/")) for arm in kept] + list(arms)
-        redo = [(task, scheme) for task, scheme in arms if f"{task}/{scheme}" in again]
-    else:
-        redo = list(arms)
     with tempfile.TemporaryDirectory() as scratch:
         folder = keep or Path(scratch)
-        for task, scheme in redo:
+        for task, scheme in arms:
             record(config, task, scheme, folder)
             with open(part_path(task, scheme, "csv", folder), newline="") as handle:
                 rows.extend(csv.DictReader(handle))
@@ -757,13 +753,13 @@ def rerun(config: dict, arms: list[tuple[str, str]], keep: Path | None = None, n
         "config": config,
         "environments": where,
         "git_commit": sorted(commits),
-        "arms": [f"{task}/{scheme}" for task, scheme in arms],
+        "arms": [*kept, *(f"{task}/{scheme}" for task, scheme in arms)],
         "seconds_per_arm": seconds,
         "final_loss": losses,
         "recorded_final_loss": {k: meta["final_loss"][k] for k in losses if k in meta["final_loss"]},
     }
     (OUT / f"{name}.json").write_text(json.dumps(out, indent=1) + "\n")
-    print(f"{name}.csv: {len(rows)} rows of {len(arms)} arms")
+    print(f"{name}.csv: {len(rows)} rows of {len(kept) + len(arms)} arms")
 
 
 #: the paired comparisons printed by --verdicts: (task, scheme A, scheme B)
